@@ -1,0 +1,85 @@
+"""The in-process adapter: a table in this process's memory, behind one lock."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime
+from itertools import islice
+from uuid import uuid4
+
+from psych_runtime.memory.port import (
+    Memory,
+    MemoryKey,
+    MemoryStore,
+    Scope,
+    memory_key,
+    validate_content,
+    validate_limit,
+    validate_memory_id,
+)
+
+__all__ = ["InProcessMemory"]
+
+
+class InProcessMemory(MemoryStore):
+    """Facts kept in a dictionary in this process, lost when it ends.
+
+    Meant for tests and single-process deployments. Each key's facts live in
+    their own insertion-ordered table, so every operation costs the same
+    however much other end users have stored: `remember` and `forget` are
+    O(1), `recall` is O(facts of the key, or ``limit``), `erase` is O(facts
+    of the key).
+
+    One `threading.Lock` guards the table. It is held only for the few
+    dictionary operations of a call and never across an ``await``, so the
+    store is safe to share between tasks on asyncio or trio and between
+    threads that each run their own event loop.
+    """
+
+    __slots__ = ("_facts", "_lock")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._facts: dict[MemoryKey, dict[str, Memory]] = {}
+
+    async def remember(self, scope: Scope, end_user_id: str, content: str) -> Memory:
+        key = memory_key(scope, end_user_id)
+        content = validate_content(content)
+        memory = Memory(uuid4().hex, key, content, datetime.now(UTC))
+        with self._lock:
+            facts = self._facts.get(key)
+            if facts is None:
+                facts = self._facts[key] = {}
+            facts[memory.id] = memory
+        return memory
+
+    async def forget(self, scope: Scope, end_user_id: str, memory_id: str) -> bool:
+        key = memory_key(scope, end_user_id)
+        memory_id = validate_memory_id(memory_id)
+        with self._lock:
+            facts = self._facts.get(key)
+            if facts is None or facts.pop(memory_id, None) is None:
+                return False
+            if not facts:
+                # An end user with no facts leaves no trace in the table.
+                del self._facts[key]
+            return True
+
+    async def recall(
+        self, scope: Scope, end_user_id: str, *, limit: int | None = None
+    ) -> tuple[Memory, ...]:
+        key = memory_key(scope, end_user_id)
+        limit = validate_limit(limit)
+        with self._lock:
+            facts = self._facts.get(key)
+            if facts is None:
+                return ()
+            if limit is None:
+                return tuple(facts.values())
+            return tuple(islice(facts.values(), limit))
+
+    async def erase(self, scope: Scope, end_user_id: str) -> int:
+        key = memory_key(scope, end_user_id)
+        with self._lock:
+            facts = self._facts.pop(key, None)
+        return 0 if facts is None else len(facts)

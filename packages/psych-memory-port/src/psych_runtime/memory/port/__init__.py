@@ -1,0 +1,45 @@
+"""The memory port: the contract every Psych memory backend keeps.
+
+Install this distribution alone to write a backend; it has no runtime
+dependencies. Adapters subclass `MemoryStore` and call `memory_key` and the
+``validate_*`` functions before they change anything, so that every backend
+accepts and refuses exactly the same input.
+"""
+
+from ._errors import (
+    InvalidContentError,
+    InvalidInputError,
+    InvalidKeyError,
+    InvalidLimitError,
+)
+from ._key import HasTenant, MemoryKey, Scope, memory_key
+from ._memory import Memory
+from ._store import MemoryStore
+from ._validation import (
+    MAX_CONTENT_LENGTH,
+    MAX_KEY_LENGTH,
+    validate_content,
+    validate_key_part,
+    validate_limit,
+    validate_memory_id,
+)
+from ._version import __version__
+
+__all__ = [
+    "MAX_CONTENT_LENGTH",
+    "MAX_KEY_LENGTH",
+    "HasTenant",
+    "InvalidContentError",
+    "InvalidInputError",
+    "InvalidKeyError",
+    "InvalidLimitError",
+    "Memory",
+    "MemoryKey",
+    "MemoryStore",
+    "Scope",
+    "memory_key",
+    "validate_content",
+    "validate_key_part",
+    "validate_limit",
+    "validate_memory_id",
+]

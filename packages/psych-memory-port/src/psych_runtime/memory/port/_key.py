@@ -1,0 +1,115 @@
+"""The isolation boundary: one tenant plus one end user."""
+
+from __future__ import annotations
+
+from typing import Any, Final, NoReturn, Protocol, TypeAlias, final
+
+from ._validation import _type_name, validate_key_part
+
+__all__ = ["HasTenant", "MemoryKey", "Scope", "memory_key"]
+
+
+class HasTenant(Protocol):
+    """Any object with a `str` attribute ``tenant``, such as the runtime's scope."""
+
+    @property
+    def tenant(self) -> str: ...
+
+
+Scope: TypeAlias = "str | HasTenant"
+"""What callers pass as ``scope``: the tenant itself, or an object carrying it."""
+
+_MISSING: Final = object()
+
+
+@final
+class MemoryKey:
+    """The key every fact is stored under: a tenant and one of its end users.
+
+    Both fields are required and validated on construction, so a key that
+    exists is a valid key. Keys are immutable, hashable and compared exactly:
+    nothing is stripped or normalised, because silently changing a key could
+    merge two users' facts. The class cannot be subclassed, so no subclass can
+    relax the validation.
+
+    Raises:
+        TypeError: A field is not a `str`.
+        InvalidKeyError: A field breaks a key rule (see `validate_key_part`).
+    """
+
+    __slots__ = ("_hash", "end_user_id", "tenant")
+    __match_args__ = ("tenant", "end_user_id")
+
+    tenant: str
+    end_user_id: str
+    _hash: int
+
+    def __init__(self, tenant: str, end_user_id: str) -> None:
+        _fill(
+            self,
+            validate_key_part(tenant, "tenant"),
+            validate_key_part(end_user_id, "end_user_id"),
+        )
+
+    def __init_subclass__(cls, **kwargs: Any) -> NoReturn:
+        raise TypeError("MemoryKey cannot be subclassed")
+
+    def __setattr__(self, name: str, value: object) -> NoReturn:
+        raise AttributeError(f"MemoryKey is immutable: cannot set {name!r}")
+
+    def __delattr__(self, name: str) -> NoReturn:
+        raise AttributeError(f"MemoryKey is immutable: cannot delete {name!r}")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, MemoryKey):
+            return NotImplemented
+        return self.tenant == other.tenant and self.end_user_id == other.end_user_id
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __repr__(self) -> str:
+        return f"MemoryKey(tenant={self.tenant!r}, end_user_id={self.end_user_id!r})"
+
+    def __reduce__(self) -> tuple[type[MemoryKey], tuple[str, str]]:
+        return (MemoryKey, (self.tenant, self.end_user_id))
+
+
+def memory_key(scope: Scope, end_user_id: str) -> MemoryKey:
+    """Turn the arguments of a port call into the key they address.
+
+    This is the one place where call-site arguments become a key, so there is
+    exactly one place where a bug that dropped the tenant could live. Every
+    adapter calls it before anything else.
+
+    Args:
+        scope: The tenant, as a `str` or as any object with a `str`
+            attribute ``tenant`` (the runtime's scope object).
+        end_user_id: The end user within that tenant.
+
+    Raises:
+        TypeError: ``scope`` is neither a `str` nor an object with a `str`
+            ``tenant``, or ``end_user_id`` is not a `str`.
+        InvalidKeyError: The tenant or the end-user id breaks a key rule.
+    """
+    if isinstance(scope, str):
+        tenant = validate_key_part(scope, "scope")
+    else:
+        candidate = getattr(scope, "tenant", _MISSING)
+        if candidate is _MISSING:
+            raise TypeError(
+                "scope must be a str or an object with a str attribute 'tenant', "
+                f"not {_type_name(scope)}"
+            )
+        tenant = validate_key_part(candidate, "scope.tenant")
+    key: MemoryKey = object.__new__(MemoryKey)
+    _fill(key, tenant, validate_key_part(end_user_id, "end_user_id"))
+    return key
+
+
+def _fill(key: MemoryKey, tenant: str, end_user_id: str) -> None:
+    # Fields are set once, here, past the immutability guard.
+    set_field = object.__setattr__
+    set_field(key, "tenant", tenant)
+    set_field(key, "end_user_id", end_user_id)
+    set_field(key, "_hash", hash((tenant, end_user_id)))

@@ -1,0 +1,112 @@
+"""The port: the four operations every memory backend provides."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+from ._key import Scope
+from ._memory import Memory
+
+__all__ = ["MemoryStore"]
+
+
+class MemoryStore(ABC):
+    """Facts about end users, kept apart per tenant and per end user.
+
+    Every method addresses exactly one key, built from ``scope`` and
+    ``end_user_id`` by `memory_key`, and touches no other key's facts. Every
+    method validates all of its input before it changes anything: invalid
+    input raises and leaves the store as it was.
+
+    There is deliberately no search, ranking or query of any kind: a backend
+    stores facts, returns them in the order they were added, and deletes them
+    for good.
+    """
+
+    __slots__ = ()
+
+    @abstractmethod
+    async def remember(self, scope: Scope, end_user_id: str, content: str) -> Memory:
+        """Store a new fact for this end user and return it.
+
+        Always adds: the same content stored twice is two facts with two
+        different ids. Nothing is merged, deduplicated or rewritten, and the
+        content is stored exactly as given.
+
+        Args:
+            scope: The tenant, as a `str` or an object with a `str` ``tenant``.
+            end_user_id: The end user within that tenant.
+            content: The fact (see `validate_content` for the rules).
+
+        Returns:
+            The stored fact, with a fresh id never used before in this store.
+
+        Raises:
+            TypeError: An argument has the wrong type.
+            InvalidKeyError: The tenant or end-user id breaks a key rule.
+            InvalidContentError: The content breaks a content rule.
+        """
+
+    @abstractmethod
+    async def forget(self, scope: Scope, end_user_id: str, memory_id: str) -> bool:
+        """Delete one fact of this end user, for good.
+
+        Args:
+            scope: The tenant, as a `str` or an object with a `str` ``tenant``.
+            end_user_id: The end user within that tenant.
+            memory_id: The id of the fact, as returned by `remember` or `recall`.
+
+        Returns:
+            ``True`` if this call deleted the fact. ``False`` if no fact of
+            this key has that id: it never existed, is already gone, or
+            belongs to another end user or tenant. Then nothing is deleted;
+            this is an answer, not an error.
+
+        Raises:
+            TypeError: An argument has the wrong type.
+            InvalidKeyError: The tenant or end-user id breaks a key rule.
+        """
+
+    @abstractmethod
+    async def recall(
+        self, scope: Scope, end_user_id: str, *, limit: int | None = None
+    ) -> tuple[Memory, ...]:
+        """Return this end user's facts, oldest first.
+
+        The order is the order of insertion, stable even when two facts share
+        a timestamp. Nothing is ranked, filtered or selected.
+
+        Args:
+            scope: The tenant, as a `str` or an object with a `str` ``tenant``.
+            end_user_id: The end user within that tenant.
+            limit: ``None`` for every fact; otherwise at most this many, taken
+                from the start of the oldest-first order. ``0`` gives ``()``.
+
+        Returns:
+            The facts, oldest first; ``()`` when there are none.
+
+        Raises:
+            TypeError: An argument has the wrong type (a `bool` limit included).
+            InvalidKeyError: The tenant or end-user id breaks a key rule.
+            InvalidLimitError: ``limit`` is negative.
+        """
+
+    @abstractmethod
+    async def erase(self, scope: Scope, end_user_id: str) -> int:
+        """Delete every fact of this end user at once and for good.
+
+        No soft delete, tombstone, retained copy or history remains: afterwards
+        `recall` returns ``()`` and `forget` of any old id returns ``False``.
+        Other end users and tenants are untouched.
+
+        Args:
+            scope: The tenant, as a `str` or an object with a `str` ``tenant``.
+            end_user_id: The end user within that tenant.
+
+        Returns:
+            How many facts were deleted (``0`` if there were none).
+
+        Raises:
+            TypeError: An argument has the wrong type.
+            InvalidKeyError: The tenant or end-user id breaks a key rule.
+        """

@@ -1,0 +1,86 @@
+"""The port's public surface, and the layout rules it depends on."""
+
+from __future__ import annotations
+
+import inspect
+from datetime import UTC, datetime
+
+import pytest
+
+import psych_runtime
+import psych_runtime.memory
+import psych_runtime.memory.port as port
+from psych_runtime.memory.port import Memory, MemoryKey, MemoryStore
+
+
+def test_all_is_exactly_the_public_api() -> None:
+    assert sorted(port.__all__) == sorted(
+        [
+            "MAX_CONTENT_LENGTH",
+            "MAX_KEY_LENGTH",
+            "HasTenant",
+            "InvalidContentError",
+            "InvalidInputError",
+            "InvalidKeyError",
+            "InvalidLimitError",
+            "Memory",
+            "MemoryKey",
+            "MemoryStore",
+            "Scope",
+            "memory_key",
+            "validate_content",
+            "validate_key_part",
+            "validate_limit",
+            "validate_memory_id",
+        ]
+    )
+    for name in port.__all__:
+        assert hasattr(port, name), name
+
+
+def test_namespace_levels_are_namespaces() -> None:
+    # An __init__.py at a namespace level would hide every other distribution.
+    assert psych_runtime.__file__ is None
+    assert psych_runtime.memory.__file__ is None
+
+
+def test_limits() -> None:
+    assert port.MAX_CONTENT_LENGTH == 4096
+    assert port.MAX_KEY_LENGTH == 256
+
+
+def test_store_has_exactly_four_abstract_async_methods() -> None:
+    assert MemoryStore.__abstractmethods__ == {"remember", "forget", "recall", "erase"}
+    for name in MemoryStore.__abstractmethods__:
+        method = getattr(MemoryStore, name)
+        assert inspect.iscoroutinefunction(method), name
+        assert "Raises:" in (method.__doc__ or ""), name
+    with pytest.raises(TypeError):
+        MemoryStore()  # type: ignore[abstract]
+
+
+def test_signatures() -> None:
+    def params(name: str) -> list[tuple[str, object, object]]:
+        sig = inspect.signature(getattr(MemoryStore, name))
+        return [(p.name, p.kind, p.default) for p in sig.parameters.values()]
+
+    pos = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    kw = inspect.Parameter.KEYWORD_ONLY
+    empty = inspect.Parameter.empty
+    head = [("self", pos, empty), ("scope", pos, empty), ("end_user_id", pos, empty)]
+    assert params("remember") == [*head, ("content", pos, empty)]
+    assert params("forget") == [*head, ("memory_id", pos, empty)]
+    assert params("recall") == [*head, ("limit", kw, None)]
+    assert params("erase") == head
+
+
+def test_memory_is_immutable_and_hides_content_in_repr() -> None:
+    memory = Memory("m1", MemoryKey("acme", "user"), "lives in Berlin", datetime.now(UTC))
+    with pytest.raises(AttributeError):
+        memory.content = "other"  # type: ignore[misc]
+    assert "Berlin" not in repr(memory)
+    assert "m1" in repr(memory)
+    with pytest.raises(TypeError, match="cannot be subclassed"):
+
+        class Wider(Memory):  # type: ignore[misc]
+            pass
