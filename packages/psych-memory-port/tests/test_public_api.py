@@ -9,7 +9,7 @@ import pytest
 
 import psych_runtime
 import psych_runtime.memory
-import psych_runtime.memory.port as port
+from psych_runtime.memory import port
 from psych_runtime.memory.port import Memory, MemoryKey, MemoryStore
 
 
@@ -40,8 +40,8 @@ def test_all_is_exactly_the_public_api() -> None:
 
 def test_namespace_levels_are_namespaces() -> None:
     # An __init__.py at a namespace level would hide every other distribution.
-    assert psych_runtime.__file__ is None
-    assert psych_runtime.memory.__file__ is None
+    assert vars(psych_runtime).get("__file__") is None
+    assert vars(psych_runtime.memory).get("__file__") is None
 
 
 def test_limits() -> None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pickle
+from collections.abc import Callable
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -19,7 +22,7 @@ from psych_runtime.memory.port import (
     validate_memory_id,
 )
 
-SECRET = "alice@example.com"
+PERSONAL = "alice@example.com"
 
 
 class _Str(str):
@@ -48,7 +51,6 @@ def test_valid_key_parts_are_returned_unchanged(value: str) -> None:
         ("del\x7f", "control character"),
         ("c1\x85c2", "control character"),
         ("lone\ud800", "lone surrogate"),
-        ("lone\udfff", "lone surrogate"),
     ],
 )
 def test_invalid_key_parts_raise_naming_argument_and_rule(value: str, rule: str) -> None:
@@ -141,21 +143,27 @@ def test_key_part_is_accepted_or_refused_never_changed(value: str) -> None:
     assert result == result.strip()
 
 
-@pytest.mark.parametrize(("value", "rule"), [("content", "x" * 5000), ("tenant", " " + SECRET)])
-def test_messages_never_echo_the_value(value: str, rule: str) -> None:
+@pytest.mark.parametrize(
+    "check",
+    [
+        lambda: validate_content(PERSONAL * 300),
+        lambda: validate_content(PERSONAL + "\x00"),
+        lambda: validate_content(PERSONAL + "\ud800"),
+        lambda: validate_key_part(" " + PERSONAL, "tenant"),
+        lambda: validate_key_part(PERSONAL + "\n", "tenant"),
+        lambda: validate_key_part(PERSONAL * 20, "tenant"),
+    ],
+)
+def test_messages_never_echo_the_value(check: Callable[[], object]) -> None:
     with pytest.raises(InvalidInputError) as info:
-        if value == "content":
-            validate_content(rule + "\x00")
-        else:
-            validate_key_part(rule, "tenant")
-    assert SECRET not in str(info.value)
-    assert "xxxxx" not in str(info.value)
+        check()
+    assert "alice" not in str(info.value)
 
 
 def test_type_error_message_names_only_the_type() -> None:
     with pytest.raises(TypeError) as info:
-        validate_content(SECRET.encode())
-    assert SECRET not in str(info.value)
+        validate_content(PERSONAL.encode())
+    assert PERSONAL not in str(info.value)
     assert "bytes" in str(info.value)
 
 
@@ -193,8 +201,6 @@ def test_negative_limit_raises(value: int) -> None:
 
 
 def test_errors_survive_pickling() -> None:
-    import pickle
-
     error = InvalidKeyError("tenant", "must not be empty")
     copy = pickle.loads(pickle.dumps(error))  # noqa: S301
     assert type(copy) is InvalidKeyError

@@ -1,6 +1,6 @@
 """The in-process memory adapter, for tests and single-process use."""
 
 from ._memory import InProcessMemory
-from ._version import __version__
+from ._version import __version__ as __version__
 
 __all__ = ["InProcessMemory"]

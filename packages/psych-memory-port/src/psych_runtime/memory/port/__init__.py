@@ -23,7 +23,7 @@ from ._validation import (
     validate_limit,
     validate_memory_id,
 )
-from ._version import __version__
+from ._version import __version__ as __version__
 
 __all__ = [
     "MAX_CONTENT_LENGTH",

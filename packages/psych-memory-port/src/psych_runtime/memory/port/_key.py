@@ -37,11 +37,11 @@ class MemoryKey:
         InvalidKeyError: A field breaks a key rule (see `validate_key_part`).
     """
 
-    __slots__ = ("_hash", "end_user_id", "tenant")
+    __slots__ = ("_end_user_id", "_hash", "_tenant")
     __match_args__ = ("tenant", "end_user_id")
 
-    tenant: str
-    end_user_id: str
+    _tenant: str
+    _end_user_id: str
     _hash: int
 
     def __init__(self, tenant: str, end_user_id: str) -> None:
@@ -50,6 +50,16 @@ class MemoryKey:
             validate_key_part(tenant, "tenant"),
             validate_key_part(end_user_id, "end_user_id"),
         )
+
+    @property
+    def tenant(self) -> str:
+        """The tenant: the customer of the application, as a whole."""
+        return self._tenant
+
+    @property
+    def end_user_id(self) -> str:
+        """The end user within the tenant whose facts these are."""
+        return self._end_user_id
 
     def __init_subclass__(cls, **kwargs: Any) -> NoReturn:
         raise TypeError("MemoryKey cannot be subclassed")
@@ -63,16 +73,16 @@ class MemoryKey:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, MemoryKey):
             return NotImplemented
-        return self.tenant == other.tenant and self.end_user_id == other.end_user_id
+        return self._tenant == other._tenant and self._end_user_id == other._end_user_id
 
     def __hash__(self) -> int:
         return self._hash
 
     def __repr__(self) -> str:
-        return f"MemoryKey(tenant={self.tenant!r}, end_user_id={self.end_user_id!r})"
+        return f"MemoryKey(tenant={self._tenant!r}, end_user_id={self._end_user_id!r})"
 
     def __reduce__(self) -> tuple[type[MemoryKey], tuple[str, str]]:
-        return (MemoryKey, (self.tenant, self.end_user_id))
+        return (MemoryKey, (self._tenant, self._end_user_id))
 
 
 def memory_key(scope: Scope, end_user_id: str) -> MemoryKey:
@@ -110,6 +120,6 @@ def memory_key(scope: Scope, end_user_id: str) -> MemoryKey:
 def _fill(key: MemoryKey, tenant: str, end_user_id: str) -> None:
     # Fields are set once, here, past the immutability guard.
     set_field = object.__setattr__
-    set_field(key, "tenant", tenant)
-    set_field(key, "end_user_id", end_user_id)
+    set_field(key, "_tenant", tenant)
+    set_field(key, "_end_user_id", end_user_id)
     set_field(key, "_hash", hash((tenant, end_user_id)))

@@ -1,0 +1,43 @@
+"""StoreBackedMemory: the runtime's spelling, which never touches the store."""
+
+from __future__ import annotations
+
+import pytest
+
+from psych_runtime.memory import inproc, store_backed
+from psych_runtime.memory.inproc import InProcessMemory
+from psych_runtime.memory.store_backed import StoreBackedMemory
+
+pytestmark = pytest.mark.anyio
+
+
+class UntouchableStore:
+    """Stands for the runtime's store: any use of it at all is a failure."""
+
+    def __getattribute__(self, name: str) -> object:
+        raise AssertionError(f"the store was touched: .{name}")
+
+
+async def test_works_without_ever_touching_the_store() -> None:
+    memory = StoreBackedMemory(UntouchableStore())
+    fact = await memory.remember("acme", "u1", "prefers the Berlin warehouse")
+    assert await memory.recall("acme", "u1") == (fact,)
+    assert await memory.forget("acme", "u1", fact.id) is True
+    await memory.remember("acme", "u1", "second")
+    assert await memory.erase("acme", "u1") == 1
+
+
+def test_is_the_in_process_adapter() -> None:
+    assert isinstance(StoreBackedMemory(object()), InProcessMemory)
+
+
+async def test_each_instance_has_its_own_table() -> None:
+    store = object()
+    first, second = StoreBackedMemory(store), StoreBackedMemory(store)
+    await first.remember("acme", "u1", "fact")
+    assert await second.recall("acme", "u1") == ()
+
+
+def test_public_api() -> None:
+    assert inproc.__all__ == ["InProcessMemory"]
+    assert store_backed.__all__ == ["StoreBackedMemory"]
