@@ -1,0 +1,104 @@
+"""Helpers the checks share: rule assertions, refusals, a blocking store."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import TypeAlias
+
+import anyio.from_thread
+
+from psych_runtime.memory.port import Memory, MemoryKey, MemoryStore
+
+from ._cases import MARKER
+from ._rules import RuleViolationError
+
+CountStored: TypeAlias = Callable[[MemoryStore, MemoryKey], Awaitable[int]]
+"""The backdoor: how many rows a key holds in the backend, counted directly."""
+
+
+def check(condition: bool, rule: int, detail: str) -> None:  # noqa: FBT001
+    if not condition:
+        raise RuleViolationError(rule, detail)
+
+
+class Refusal:
+    """What a call with invalid input must do: raise this type, change nothing."""
+
+    def __init__(self, expected: type[Exception], argument: str, value: object) -> None:
+        self.expected = expected
+        self.argument = argument
+        self.value = value
+
+    def verify(self, what: str, error: BaseException | None) -> None:
+        if error is None:
+            raise RuleViolationError(
+                6, f"{what} was accepted; it must raise {self.expected.__name__}"
+            )
+        if not isinstance(error, self.expected):
+            raise RuleViolationError(
+                6,
+                f"{what} raised {type(error).__name__}; it must raise {self.expected.__name__}",
+            ) from error
+        message = str(error)
+        if self.expected is not TypeError:
+            check(
+                self.argument in message,
+                6,
+                f"the error of {what} does not name the argument {self.argument!r}",
+            )
+        if isinstance(self.value, str) and MARKER in self.value:
+            check(
+                MARKER not in message,
+                6,
+                f"the error of {what} repeats the value it refused (values can be personal data)",
+            )
+
+
+class BlockingStore:
+    """The store, called from a worker thread and run on the test's event loop.
+
+    Hypothesis drives its examples synchronously, so its examples run in a
+    worker thread and send every call back to the loop the store lives on.
+    """
+
+    def __init__(
+        self,
+        portal: anyio.from_thread.BlockingPortal,
+        store: MemoryStore,
+        count_stored: CountStored,
+    ) -> None:
+        self._portal = portal
+        self._store = store
+        self._count_stored = count_stored
+
+    # Checks pass deliberately wrong types, so the calls are typed loosely.
+
+    def remember(self, scope: object, end_user_id: object, content: object) -> Memory:
+        call: Callable[..., Awaitable[Memory]] = self._store.remember
+        return self._portal.call(call, scope, end_user_id, content)
+
+    def forget(self, scope: object, end_user_id: object, memory_id: object) -> bool:
+        """Forget, holding the answer to rule 2: a bool, never an exception."""
+        call: Callable[..., Awaitable[object]] = self._store.forget
+        try:
+            answer = self._portal.call(call, scope, end_user_id, memory_id)
+        except Exception as exc:
+            raise RuleViolationError(
+                2, f"forget raised {type(exc).__name__} instead of answering True or False"
+            ) from exc
+        check(type(answer) is bool, 2, f"forget returned {type(answer).__name__}, not a bool")
+        return answer is True
+
+    def recall(
+        self, scope: object, end_user_id: object, limit: object = None
+    ) -> tuple[Memory, ...]:
+        call: Callable[..., Awaitable[tuple[Memory, ...]]] = self._store.recall
+        return self._portal.call(partial(call, scope, end_user_id, limit=limit))
+
+    def erase(self, scope: object, end_user_id: object) -> int:
+        call: Callable[..., Awaitable[int]] = self._store.erase
+        return self._portal.call(call, scope, end_user_id)
+
+    def count_stored(self, key: MemoryKey) -> int:
+        return self._portal.call(self._count_stored, self._store, key)

@@ -1,0 +1,142 @@
+"""The kit refuses to be weakened: no check can be overridden, deleted or skipped."""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+
+from psych_runtime.memory.conformance import RULES, MemoryStoreContract, RuleViolationError
+from psych_runtime.memory.inproc import InProcessMemory
+from psych_runtime.memory.port import MemoryKey, MemoryStore
+
+A_CHECK = "test_rule3_recall_is_oldest_first"
+
+
+class Complete(MemoryStoreContract):
+    """A well-formed contract class (not collected: no Test prefix)."""
+
+    @asynccontextmanager
+    async def open_store(self) -> AsyncIterator[MemoryStore]:
+        yield InProcessMemory()
+
+    async def count_stored(self, store: MemoryStore, key: MemoryKey) -> int:
+        return len(await store.recall(key.tenant, key.end_user_id))
+
+
+def test_overriding_a_check_is_refused() -> None:
+    with pytest.raises(TypeError, match=f"{A_CHECK} is a check of the conformance kit"):
+
+        class Overrides(Complete):
+            async def test_rule3_recall_is_oldest_first(self) -> None:
+                pass
+
+
+def test_deleting_a_check_by_assignment_is_refused() -> None:
+    with pytest.raises(TypeError, match="cannot be overridden or deleted"):
+
+        class Deletes(Complete):
+            test_rule4_erase_counts_and_deletes_everything = None  # type: ignore[assignment]
+
+
+def test_replacing_the_event_loop_fixture_is_refused() -> None:
+    # A narrower anyio_backend would silently drop trio.
+    with pytest.raises(TypeError, match="anyio_backend"):
+
+        class OneLoop(Complete):
+            @pytest.fixture
+            def anyio_backend(self) -> str:
+                return "asyncio"
+
+
+@pytest.mark.parametrize(
+    ("failures", "problem"),
+    [
+        ({"test_nothing_like_this": "reason"}, "which is no check of the kit"),
+        ({A_CHECK: ""}, "needs a reason"),
+        ({A_CHECK: "   "}, "needs a reason"),
+        ({A_CHECK: None}, "needs a reason"),
+        ([A_CHECK], "must map check names to reasons"),
+    ],
+)
+def test_expected_failures_name_real_checks_with_reasons(failures: object, problem: str) -> None:
+    with pytest.raises(TypeError, match=problem):
+        type("Marked", (Complete,), {"expected_failures": failures})
+
+
+def test_an_expected_failure_with_a_reason_is_accepted() -> None:
+    class Marked(Complete):
+        expected_failures: ClassVar[Mapping[str, str]] = {A_CHECK: "known: see issue 12"}
+
+    assert Marked.expected_failures == {A_CHECK: "known: see issue 12"}
+
+
+@pytest.mark.parametrize(
+    "marks",
+    [
+        pytest.mark.skip(reason="slow"),
+        [pytest.mark.skipif(True, reason="slow")],
+    ],
+)
+def test_skipping_the_whole_class_is_refused(marks: object) -> None:
+    with pytest.raises(TypeError, match="cannot be skipped"):
+        type("Skipped", (Complete,), {"pytestmark": marks})
+
+
+@pytest.mark.parametrize(
+    "setting", [{"max_examples": 0}, {"max_examples": True}, {"max_steps": 0}, {"max_steps": 2.5}]
+)
+def test_the_budget_is_a_positive_int(setting: dict[str, Any]) -> None:
+    with pytest.raises(TypeError, match="must be an int >= 1"):
+        type("Cheap", (Complete,), setting)
+
+
+def test_a_lower_budget_is_accepted() -> None:
+    cheap: Any = type("Cheap", (Complete,), {"max_examples": 5, "max_steps": 3})
+    assert (cheap.max_examples, cheap.max_steps) == (5, 3)
+
+
+@pytest.mark.anyio
+async def test_tampering_after_definition_fails_the_integrity_check() -> None:
+    class Tampered(Complete):
+        pass
+
+    await Tampered().test_kit_is_intact()
+    setattr(Tampered, A_CHECK, None)
+    with pytest.raises(AssertionError, match=A_CHECK):
+        await Tampered().test_kit_is_intact()
+
+
+@pytest.mark.anyio
+async def test_a_class_without_its_two_methods_fails_the_integrity_check() -> None:
+    class Bare(MemoryStoreContract):
+        pass
+
+    with pytest.raises(AssertionError, match=r"must define open_store\(\).*count_stored\(\)"):
+        await Bare().test_kit_is_intact()
+    with pytest.raises(NotImplementedError, match="open_store"):
+        Bare().open_store()
+    with pytest.raises(NotImplementedError, match="count_stored"):
+        await Bare().count_stored(InProcessMemory(), MemoryKey("acme", "user-1"))
+
+
+def test_fresh_path_never_repeats_and_stays_in_tmp_path(tmp_path: Path) -> None:
+    contract = Complete()
+    contract._prepare(tmp_path, "asyncio")
+    paths = [contract.fresh_path(".db") for _ in range(5)]
+    assert len(set(paths)) == 5
+    assert all(path.parent == tmp_path and path.suffix == ".db" for path in paths)
+    assert not any(path.exists() for path in paths)
+
+
+def test_a_rule_violation_survives_pickling() -> None:
+    # pytest-xdist and multiprocessing move exceptions between processes.
+    pickled = pickle.dumps(RuleViolationError(5, "key mixed up"))
+    error = pickle.loads(pickled)  # noqa: S301 - pickled on the line above.
+    assert isinstance(error, RuleViolationError)
+    assert (error.rule, error.detail) == (5, "key mixed up")
+    assert str(error).startswith(f"rule 5: {RULES[5]}")

@@ -1,0 +1,277 @@
+"""How `PostgresMemory` compares with raw psycopg running the same statements.
+
+Run it from the repository root with ``hatch run bench:postgres`` (add
+``--quick`` for a run of a few seconds). The server comes from
+``PSYCH_MEMORY_TEST_POSTGRES_DSN`` (default: the local test database); the
+benchmark works in a schema of its own and drops it at the end. It prints
+Markdown tables, ready to paste into ``docs/postgres.md``:
+
+1. Throughput of ``remember``, ``recall``, ``forget`` and ``erase`` at 1, 8
+   and 32 concurrent tasks, for the adapter and for raw psycopg sending the
+   same statements over the same pool, rounds interleaved, with the ratio
+   adapter / raw (target: at least 0.8). Three ways of running: asyncio with
+   psycopg's asynchronous pool (what ``connect`` picks on asyncio), asyncio
+   with the synchronous pool in worker threads, and trio with the
+   synchronous pool in worker threads (what ``connect`` picks on trio). The
+   raw baseline of each way runs exactly like the adapter: the threaded ways
+   hop to a worker thread too, so the second and third tables against the
+   first show what serving trio through threads costs.
+2. Per-user operations, one task, while the table grows from ten thousand
+   to a million rows of other end users (target: flat). Median of three
+   rounds after a warm-up round.
+
+The figures are printed, never asserted: a benchmark that fails on a busy
+machine teaches nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from time import perf_counter
+from typing import Any
+from uuid import UUID, uuid4
+
+import anyio
+import anyio.to_thread
+import psycopg
+from psycopg import sql
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+from psych_runtime.memory.postgres import PostgresMemory
+from psych_runtime.memory.postgres._schema import Statements
+
+DSN = os.environ.get("PSYCH_MEMORY_TEST_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test")
+OPERATIONS = ("remember", "recall", "forget", "erase")
+FACTS_PER_USER = 10
+"""Facts each recalled end user holds."""
+
+Call = Callable[[], Awaitable[object]]
+
+
+@dataclass(frozen=True)
+class Mode:
+    """One way of running the statements: an event loop and a kind of pool."""
+
+    name: str
+    backend: str
+    threaded: bool
+
+
+MODES = (
+    Mode("asyncio, async pool", "asyncio", threaded=False),
+    Mode("asyncio, sync pool in threads", "asyncio", threaded=True),
+    Mode("trio, sync pool in threads", "trio", threaded=True),
+)
+
+
+class Raw:
+    """Raw psycopg: the adapter's statements, straight on the same pool."""
+
+    def __init__(self, pool: AsyncConnectionPool[Any] | ConnectionPool[Any], schema: str):
+        self.pool = pool
+        self.sql = Statements.for_schema(schema)
+
+    async def run(self, query: bytes, params: Sequence[object]) -> None:
+        pool = self.pool
+        if isinstance(pool, AsyncConnectionPool):
+            async with pool.connection() as conn, conn.cursor() as cursor:
+                await cursor.execute(query, params)
+                if cursor.description is not None:
+                    await cursor.fetchall()
+        else:
+            await anyio.to_thread.run_sync(partial(_run_sync, pool, query, params))
+
+
+def _run_sync(pool: ConnectionPool[Any], query: bytes, params: Sequence[object]) -> None:
+    with pool.connection() as conn, conn.cursor() as cursor:
+        cursor.execute(query, params)
+        if cursor.description is not None:
+            cursor.fetchall()
+
+
+def admin(statement: sql.SQL | sql.Composed, params: Sequence[object] = ()) -> list[Any]:
+    with psycopg.connect(DSN, autocommit=True) as conn:
+        cursor = conn.execute(statement, params)
+        return cursor.fetchall() if cursor.description is not None else []
+
+
+def fill(schema: str, first_user: int, users: int, per_user: int, tag: str) -> list[str]:
+    """Insert ``users`` end users of ``per_user`` facts each; return their ids."""
+    table = sql.Identifier(schema, "memories")
+    rows = admin(
+        sql.SQL(
+            "INSERT INTO {} (tenant, end_user_id, content)"
+            " SELECT 'bench', %s || u, 'a fact of about forty characters, say ' || f"
+            " FROM generate_series(%s::int, %s::int) AS u, generate_series(1, %s) AS f"
+            " ORDER BY u, f RETURNING id::text"
+        ).format(table),
+        (tag, first_user, first_user + users - 1, per_user),
+    )
+    return [row[0] for row in rows]
+
+
+async def timed(calls: list[Call], concurrency: int) -> float:
+    """Run the calls on ``concurrency`` tasks; return calls per second."""
+    queue = iter(calls)
+
+    async def lane() -> None:
+        for call in queue:
+            await call()
+
+    start = perf_counter()
+    async with anyio.create_task_group() as tasks:
+        for _ in range(concurrency):
+            tasks.start_soon(lane)
+    return len(calls) / (perf_counter() - start)
+
+
+def workload(
+    operation: str, target: PostgresMemory | Raw, schema: str, count: int, tag: str
+) -> list[Call]:
+    """``count`` calls of one operation, on data prepared for them alone."""
+    # Arguments of each call as the adapter takes them, and as the raw
+    # statement does (the statement binds a UUID where the adapter parses).
+    args: list[tuple[Any, ...]]
+    if operation == "remember":
+        args = [("bench", f"{tag}w{n % 64}", f"fact {n}") for n in range(count)]
+        raw_args = args
+    elif operation == "recall":
+        fill(schema, 0, 64, FACTS_PER_USER, f"{tag}r")
+        args = [("bench", f"{tag}r{n % 64}") for n in range(count)]
+        raw_args = [(*call, None) for call in args]
+    elif operation == "forget":
+        ids = fill(schema, 0, count, 1, f"{tag}f")
+        args = [("bench", f"{tag}f{n}", memory_id) for n, memory_id in enumerate(ids)]
+        raw_args = [(t, u, UUID(i)) for t, u, i in args]
+    else:
+        fill(schema, 0, count, 3, f"{tag}e")
+        args = [("bench", f"{tag}e{n}") for n in range(count)]
+        raw_args = args
+    if isinstance(target, PostgresMemory):
+        method = getattr(target, operation)
+        return [partial(method, *call) for call in args]
+    query = getattr(target.sql, operation)
+    return [partial(target.run, query, call) for call in raw_args]
+
+
+async def throughput(mode: Mode, schema: str, count: int, rounds: int) -> list[list[str]]:
+    pool_size = 32
+    pool: AsyncConnectionPool[Any] | ConnectionPool[Any]
+    if mode.threaded:
+        pool = ConnectionPool(
+            DSN, min_size=pool_size, max_size=pool_size, kwargs={"autocommit": True}, open=False
+        )
+        await anyio.to_thread.run_sync(partial(pool.open, wait=True))
+    else:
+        pool = AsyncConnectionPool(
+            DSN, min_size=pool_size, max_size=pool_size, kwargs={"autocommit": True}, open=False
+        )
+        await pool.open(wait=True)
+    try:
+        store = PostgresMemory(pool, schema=schema)
+        raw = Raw(pool, schema)
+        await store.setup()
+        lines = []
+        for concurrency in (1, 8, 32):
+            for operation in OPERATIONS:
+                rates: dict[str, list[float]] = {"adapter": [], "raw": []}
+                for n in range(rounds):
+                    # Interleaved, and each side first in turn, so that drift
+                    # in the machine's load falls on both alike.
+                    sides: list[tuple[str, PostgresMemory | Raw]] = [
+                        ("adapter", store),
+                        ("raw", raw),
+                    ]
+                    for side, target in sides if n % 2 == 0 else sides[::-1]:
+                        tag = uuid4().hex[:8]
+                        calls = workload(operation, target, schema, count, tag)
+                        rates[side].append(await timed(calls, concurrency))
+                adapter = statistics.median(rates["adapter"])
+                baseline = statistics.median(rates["raw"])
+                lines.append(
+                    [
+                        operation,
+                        str(concurrency),
+                        f"{adapter:,.0f}",
+                        f"{baseline:,.0f}",
+                        f"{adapter / baseline:.2f}",
+                    ]
+                )
+        return lines
+    finally:
+        if isinstance(pool, AsyncConnectionPool):
+            await pool.close()
+        else:
+            await anyio.to_thread.run_sync(pool.close)
+
+
+async def scaling(schema: str, sizes: Sequence[int], count: int) -> list[list[str]]:
+    table = sql.Identifier(schema, "memories")
+    lines = []
+    async with PostgresMemory.connect(DSN, schema=schema, min_size=1, max_size=2) as store:
+        await store.setup()
+        admin(sql.SQL("TRUNCATE {}").format(table))
+        held = 0
+        for size in sizes:
+            # Other end users' facts, ten each, up to this size.
+            added = size - held
+            await anyio.to_thread.run_sync(
+                fill, schema, held // FACTS_PER_USER, added // FACTS_PER_USER, FACTS_PER_USER, "o"
+            )
+            held = size
+            admin(sql.SQL("VACUUM ANALYZE {}").format(table))
+            row = [f"{size:,}"]
+            for operation in OPERATIONS:
+                latencies = []
+                # The first round warms the caches and is not counted.
+                for n in range(4):
+                    calls = workload(operation, store, schema, count, uuid4().hex[:8])
+                    rate = await timed(calls, 1)
+                    if n:
+                        latencies.append(1e6 / rate)
+                row.append(f"{statistics.median(latencies):,.0f}")
+            # Leave only the other users, so every size measures the same work.
+            admin(sql.SQL("DELETE FROM {} WHERE end_user_id NOT LIKE 'o%%'").format(table))
+            lines.append(row)
+    return lines
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---:" for _ in header) + "|"]
+    out.extend("| " + " | ".join(row) + " |" for row in rows)
+    return "\n".join(out)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="a small run of a few seconds")
+    args = parser.parse_args()
+    count = 200 if args.quick else 2000
+    rounds = 2 if args.quick else 4
+    sizes = (10_000, 100_000) if args.quick else (10_000, 100_000, 1_000_000)
+
+    schema = f"psych_bench_{uuid4().hex[:12]}"
+    server = admin(sql.SQL("SHOW server_version"))[0][0]
+    print(f"PostgreSQL {server}, psycopg {psycopg.__version__}, Python {platform.python_version()}")
+    print(f"{os.cpu_count()} cores; {count} calls per measurement, median of {rounds} rounds\n")
+    try:
+        header = ["operation", "tasks", "adapter calls/s", "raw psycopg calls/s", "ratio"]
+        for mode in MODES:
+            lines = anyio.run(throughput, mode, schema, count, rounds, backend=mode.backend)
+            print(f"### {mode.name}\n")
+            print(table(header, lines) + "\n")
+        lines = anyio.run(scaling, schema, sizes, min(count, 1000))
+        print("### Per-user cost as the table grows (asyncio, one task, µs per call)\n")
+        print(table(["rows in the table", *OPERATIONS], lines))
+    finally:
+        admin(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+if __name__ == "__main__":
+    main()

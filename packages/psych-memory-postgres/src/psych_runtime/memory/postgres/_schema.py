@@ -1,0 +1,221 @@
+"""The tables of the adapter, their migrations and the statements that use them.
+
+Everything lives in one PostgreSQL schema chosen by the application:
+
+``memories``
+    One row per fact. ``seq`` is an insertion sequence (an identity column)
+    and gives the oldest-first order; ``id`` is a random UUID, the id the
+    port hands out. The primary key ``(tenant, end_user_id, seq)`` is the
+    index every per-user statement walks, so their cost does not grow with
+    the table. The unique index ``(tenant, id)`` finds the fact ``forget``
+    names; it includes the tenant so that the table can be distributed by
+    tenant (Citus) unchanged.
+``schema_version``
+    One row: the version of this layout that the schema holds.
+
+Key columns use the ``"C"`` collation: keys are compared byte for byte,
+never by a locale's rules, exactly as the port compares them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from dataclasses import dataclass
+from typing import Any, Final, TypeAlias
+
+from psycopg import sql
+
+from ._errors import PostgresMemoryError, SchemaVersionError
+
+__all__ = [
+    "DEFAULT_SCHEMA",
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "Statements",
+    "Step",
+    "setup_steps",
+    "validate_schema_name",
+]
+
+SCHEMA_VERSION: Final = 1
+"""The version of the table layout this code reads and writes."""
+
+DEFAULT_SCHEMA: Final = "psych_memory"
+"""The PostgreSQL schema a store uses when none is given."""
+
+# PostgreSQL silently truncates longer identifiers (NAMEDATALEN - 1 bytes), so
+# two long names could address one schema; refusing them avoids that.
+_MAX_IDENTIFIER_BYTES: Final = 63
+
+
+def validate_schema_name(schema: object) -> str:
+    """Check the name of the PostgreSQL schema a store keeps its tables in.
+
+    Any name PostgreSQL accepts unquoted or quoted is fine: it is always
+    quoted, so case and punctuation are kept as given.
+
+    Returns:
+        The name, unchanged.
+
+    Raises:
+        TypeError: ``schema`` is not a `str`.
+        ValueError: ``schema`` is empty, longer than 63 bytes in UTF-8,
+            contains a NUL character or a lone surrogate, or starts with
+            ``pg_`` (reserved by PostgreSQL).
+    """
+    if not isinstance(schema, str):
+        raise TypeError(f"schema must be a str, not {type(schema).__qualname__}")
+    if not schema:
+        raise ValueError("schema must not be empty")
+    if "\x00" in schema:
+        raise ValueError("schema must not contain a NUL character")
+    try:
+        size = len(schema.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise ValueError("schema must not contain a lone surrogate") from None
+    if size > _MAX_IDENTIFIER_BYTES:
+        raise ValueError(
+            f"schema must be at most {_MAX_IDENTIFIER_BYTES} bytes in UTF-8 (got {size})"
+        )
+    if schema.lower().startswith("pg_"):
+        raise ValueError("schema must not start with 'pg_' (reserved by PostgreSQL)")
+    return schema
+
+
+def _table(schema: str, name: str) -> sql.Identifier:
+    return sql.Identifier(schema, name)
+
+
+# One entry per version: MIGRATIONS[n - 1] takes a schema from version n - 1
+# to version n. Entries are never edited once released, only appended.
+MIGRATIONS: Final[tuple[tuple[sql.SQL, ...], ...]] = (
+    (
+        sql.SQL(
+            """
+            CREATE TABLE {memories} (
+                tenant      text COLLATE "C" NOT NULL,
+                end_user_id text COLLATE "C" NOT NULL,
+                seq         bigint GENERATED ALWAYS AS IDENTITY,
+                id          uuid NOT NULL DEFAULT gen_random_uuid(),
+                content     text NOT NULL,
+                created_at  timestamptz NOT NULL DEFAULT now(),
+                CONSTRAINT memories_key_seq PRIMARY KEY (tenant, end_user_id, seq),
+                CONSTRAINT memories_tenant_id UNIQUE (tenant, id)
+            )
+            """
+        ),
+    ),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Statements:
+    """The statements of one store, rendered once for its schema.
+
+    Each port operation is exactly one of these statements, run on its own:
+    PostgreSQL applies a single statement atomically, so no partial state is
+    ever visible to another connection.
+    """
+
+    remember: bytes
+    forget: bytes
+    recall: bytes
+    erase: bytes
+    version: bytes
+
+    @classmethod
+    def for_schema(cls, schema: str) -> Statements:
+        """Render the statements for the tables in ``schema``."""
+        names = {
+            "memories": _table(schema, "memories"),
+            "versions": _table(schema, "schema_version"),
+        }
+
+        def render(text: str) -> bytes:
+            return sql.SQL(text).format(**names).as_bytes(None)
+
+        return cls(
+            remember=render(
+                "INSERT INTO {memories} (tenant, end_user_id, content)"
+                " VALUES (%s, %s, %s) RETURNING id::text, created_at"
+            ),
+            # The key is part of the condition, so an id of another end user
+            # or tenant matches no row: the refusal is the WHERE clause.
+            forget=render(
+                "DELETE FROM {memories} WHERE tenant = %s AND end_user_id = %s AND id = %s"
+            ),
+            recall=render(
+                "SELECT id::text, content, created_at FROM {memories}"
+                " WHERE tenant = %s AND end_user_id = %s ORDER BY seq LIMIT %s::bigint"
+            ),
+            erase=render("DELETE FROM {memories} WHERE tenant = %s AND end_user_id = %s"),
+            version=render("SELECT version FROM {versions}"),
+        )
+
+
+Step: TypeAlias = tuple[sql.Composable, tuple[object, ...]]
+"""One statement of `setup_steps` and its parameters."""
+
+
+def setup_steps(schema: str) -> Generator[Step, list[tuple[Any, ...]], None]:
+    """The statements that create or upgrade ``schema``, as a conversation.
+
+    The generator yields each statement with its parameters and is sent back
+    the rows it returned; the caller runs them all in one transaction. Written
+    once, it is driven by both the synchronous and the asynchronous driver.
+
+    Raises:
+        SchemaVersionError: ``schema`` is at a newer version than this code.
+        PostgresMemoryError: The database does not store text as UTF-8.
+    """
+    names = {
+        "schema": sql.Identifier(schema),
+        "memories": _table(schema, "memories"),
+        "versions": _table(schema, "schema_version"),
+    }
+    # Several processes may set up at once: the lock makes them take turns,
+    # so each sees either nothing or the finished schema.
+    yield (
+        sql.SQL("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))"),
+        (f"psych-memory:{schema}",),
+    )
+    rows = yield (sql.SQL("SELECT current_setting('server_encoding')"), ())
+    encoding = rows[0][0]
+    if isinstance(encoding, bytes):
+        # A SQL_ASCII database hands text back undecoded.
+        encoding = encoding.decode("ascii", "replace")
+    if encoding != "UTF8":
+        raise PostgresMemoryError(
+            f"the database must store text as UTF8, not {encoding}: "
+            "other encodings cannot hold every fact exactly"
+        )
+    # CREATE SCHEMA IF NOT EXISTS would still need the right to create
+    # schemas, which a role given a prepared schema may lack.
+    rows = yield (
+        sql.SQL("SELECT 1 FROM pg_namespace WHERE nspname = %s"),
+        (schema,),
+    )
+    if not rows:
+        yield (sql.SQL("CREATE SCHEMA {schema}").format(**names), ())
+    yield (
+        sql.SQL(
+            "CREATE TABLE IF NOT EXISTS {versions} ("
+            " one boolean PRIMARY KEY DEFAULT true CHECK (one),"
+            " version integer NOT NULL)"
+        ).format(**names),
+        (),
+    )
+    rows = yield (sql.SQL("SELECT version FROM {versions}").format(**names), ())
+    current = int(rows[0][0]) if rows else 0
+    if current > SCHEMA_VERSION:
+        raise SchemaVersionError(schema, current, SCHEMA_VERSION)
+    for version in range(current + 1, SCHEMA_VERSION + 1):
+        for statement in MIGRATIONS[version - 1]:
+            yield (statement.format(**names), ())
+    yield (
+        sql.SQL(
+            "INSERT INTO {versions} (version) VALUES (%s)"
+            " ON CONFLICT (one) DO UPDATE SET version = EXCLUDED.version"
+        ).format(**names),
+        (SCHEMA_VERSION,),
+    )

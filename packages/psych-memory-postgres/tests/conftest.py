@@ -1,0 +1,124 @@
+"""Fixtures for the PostgreSQL adapter's tests: a real server, a schema each.
+
+The server's address comes from ``PSYCH_MEMORY_TEST_POSTGRES_DSN``. When no
+server answers the tests are skipped, except under ``CI=true``, where a
+missing server fails the run: CI must never pass by testing nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import anyio.to_thread
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+
+from psych_runtime.memory.postgres import PostgresMemory
+
+DSN_VARIABLE = "PSYCH_MEMORY_TEST_POSTGRES_DSN"
+DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    # Listed explicitly: anyio's default would silently skip a missing backend.
+    backend: str = request.param
+    return backend
+
+
+@pytest.fixture(scope="session")
+def postgres_dsn() -> str:
+    """The address of a live server, or a skip (a failure under CI=true)."""
+    dsn = os.environ.get(DSN_VARIABLE, DEFAULT_DSN)
+    try:
+        with psycopg.connect(dsn, connect_timeout=5, autocommit=True) as conn:
+            conn.execute("SELECT 1")
+    except psycopg.OperationalError as exc:
+        message = f"no PostgreSQL server answers at ${DSN_VARIABLE} or its default ({exc})"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    return dsn
+
+
+@pytest.fixture
+def schema(postgres_dsn: str) -> Iterator[str]:
+    """A fresh schema name, dropped with everything in it after the test.
+
+    Every test gets its own, so runs on several Pythons and backends at once
+    never see each other's facts.
+    """
+    name = f"psych_test_{uuid.uuid4().hex}"
+    yield name
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+
+
+@pytest.fixture
+async def store(postgres_dsn: str, schema: str) -> AsyncIterator[PostgresMemory]:
+    """A set-up store with a pool of its own, in a schema of its own."""
+    async with PostgresMemory.connect(postgres_dsn, schema=schema, max_size=8) as memory:
+        await memory.setup()
+        yield memory
+
+
+class Backdoor:
+    """A separate connection to the server, past the store under test.
+
+    Tests read the table through it (the store offers no such view), and use
+    it to lock, count and terminate. Every method runs in a worker thread, so
+    the event loop, and the store's own calls, keep running meanwhile.
+    """
+
+    def __init__(self, dsn: str, schema: str) -> None:
+        self.dsn = dsn
+        self.schema = schema
+        self.table = sql.Identifier(schema, "memories")
+
+    def labelled(self, application_name: str) -> str:
+        """The server's address, with connections labelled so they can be found."""
+        return make_conninfo(self.dsn, application_name=application_name)
+
+    async def query(
+        self, statement: sql.SQL | sql.Composed, params: tuple[Any, ...] = ()
+    ) -> list[Any]:
+        """Run one statement on a fresh autocommit connection; return its rows."""
+
+        def run() -> list[Any]:
+            with psycopg.connect(self.dsn, autocommit=True) as conn:
+                cursor = conn.execute(statement, params)
+                return cursor.fetchall() if cursor.description is not None else []
+
+        return await anyio.to_thread.run_sync(run)
+
+    async def count(self, tenant: str, end_user_id: str) -> int:
+        """How many facts of this key the table holds."""
+        rows = await self.query(
+            sql.SQL("SELECT count(*) FROM {} WHERE tenant = %s AND end_user_id = %s").format(
+                self.table
+            ),
+            (tenant, end_user_id),
+        )
+        return int(rows[0][0])
+
+    async def terminate(self, application_name: str) -> int:
+        """Terminate every backend serving that application, and wait until they are gone."""
+        rows = await self.query(
+            sql.SQL(
+                "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid, 10000))"
+                " FROM pg_stat_activity WHERE application_name = %s"
+            ),
+            (application_name,),
+        )
+        return int(rows[0][0])
+
+
+@pytest.fixture
+def backdoor(postgres_dsn: str, schema: str) -> Backdoor:
+    """The back door into the schema of the test's store."""
+    return Backdoor(postgres_dsn, schema)

@@ -1,0 +1,228 @@
+"""Connection faults, for real: backends terminated by the server mid-run.
+
+Every store here labels its connections with an application name of its
+own, and only backends with that name are terminated, so other tests and
+other users of the server are never touched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+from uuid import uuid4
+
+import anyio
+import anyio.to_thread
+import psycopg
+import pytest
+from psycopg import sql
+
+from psych_runtime.memory.postgres import PostgresMemory, StoreUnavailableError
+
+if TYPE_CHECKING:
+    from conftest import Backdoor
+
+pytestmark = pytest.mark.anyio
+
+# Generous bounds: these tests wait on the server, never on a clock, but a
+# bug must end them rather than hang the run.
+_BOUND = 60
+
+
+@asynccontextmanager
+async def _labelled_store(
+    backdoor: Backdoor, *, max_size: int = 4
+) -> AsyncIterator[tuple[PostgresMemory, str]]:
+    name = f"psych-fault-{uuid4().hex[:16]}"
+    async with PostgresMemory.connect(
+        backdoor.labelled(name),
+        schema=backdoor.schema,
+        min_size=2,
+        max_size=max_size,
+        pool_timeout=20,
+    ) as store:
+        await store.setup()
+        yield store, name
+
+
+async def test_next_call_succeeds_after_idle_connections_were_terminated(
+    backdoor: Backdoor,
+) -> None:
+    with anyio.fail_after(_BOUND):
+        async with _labelled_store(backdoor) as (store, name):
+            fact = await store.remember("acme", "u1", "before the restart")
+            assert await backdoor.terminate(name) >= 1
+            # Every connection the pool holds is dead now; none of these
+            # calls may see it.
+            assert await store.recall("acme", "u1") == (fact,)
+            again = await store.remember("acme", "u1", "after the restart")
+            async with anyio.create_task_group() as tasks:
+                for _ in range(4):
+                    tasks.start_soon(store.recall, "acme", "u1")
+            assert await store.recall("acme", "u1") == (fact, again)
+
+
+class _Locked:
+    """A transaction of another connection holding the memories table locked."""
+
+    def __init__(self, dsn: str, table: sql.Identifier) -> None:
+        self._dsn = dsn
+        self._table = table
+        self._conn: psycopg.Connection[Any] | None = None
+
+    def acquire(self) -> None:
+        self._conn = psycopg.connect(self._dsn)
+        self._conn.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(self._table))
+
+    def release(self) -> None:
+        if self._conn is not None:
+            self._conn.rollback()
+            self._conn.close()
+
+
+async def _wait_until_blocked(backdoor: Backdoor, name: str) -> None:
+    # The call is in flight once its backend waits for the lock. Polling the
+    # server's own view of that is the only way to observe it.
+    while True:
+        rows = await backdoor.query(
+            sql.SQL(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE application_name = %s AND wait_event_type = 'Lock'"
+            ),
+            (name,),
+        )
+        if rows[0][0] >= 1:
+            return
+        await anyio.sleep(0.01)
+
+
+@pytest.mark.parametrize("operation", ["remember", "forget", "recall", "erase"])
+async def test_a_call_in_flight_fails_clearly_and_leaves_nothing_half_done(
+    backdoor: Backdoor, operation: str
+) -> None:
+    with anyio.fail_after(_BOUND):
+        async with _labelled_store(backdoor) as (store, name):
+            facts = [await store.remember("acme", "u1", f"fact {n}") for n in range(3)]
+            calls: dict[str, Callable[[], Awaitable[object]]] = {
+                "remember": lambda: store.remember("acme", "u1", "never half-written"),
+                "forget": lambda: store.forget("acme", "u1", facts[1].id),
+                "recall": lambda: store.recall("acme", "u1"),
+                "erase": lambda: store.erase("acme", "u1"),
+            }
+            lock = _Locked(backdoor.dsn, backdoor.table)
+            await anyio.to_thread.run_sync(lock.acquire)
+            failures: list[BaseException] = []
+
+            async def in_flight() -> None:
+                try:
+                    await calls[operation]()
+                except StoreUnavailableError as exc:
+                    failures.append(exc)
+
+            try:
+                async with anyio.create_task_group() as tasks:
+                    tasks.start_soon(in_flight)
+                    await _wait_until_blocked(backdoor, name)
+                    assert await backdoor.terminate(name) >= 1
+            finally:
+                await anyio.to_thread.run_sync(lock.release)
+
+            (failure,) = failures
+            assert isinstance(failure, StoreUnavailableError)
+            assert failure.operation == operation
+            assert isinstance(failure.__cause__, psycopg.OperationalError)
+            # The statement died before it could commit: all three facts are
+            # there, exactly as before.
+            assert await store.recall("acme", "u1") == tuple(facts)
+            assert await backdoor.count("acme", "u1") == 3
+
+
+class _Worker:
+    """One end user's calls during the storm, and what each call answered."""
+
+    def __init__(self, store: PostgresMemory, number: int) -> None:
+        self.store = store
+        self.user = f"user-{number}"
+        self.number = number
+        self.attempted: list[str] = []
+        self.stored: dict[str, str] = {}
+        self.forgotten: set[str] = set()
+        self.other: list[Exception] = []
+
+    async def step(self, n: int) -> None:
+        try:
+            if n % 3 == 2 and self.stored:
+                victim = next(iter(self.stored))
+                # Deleted or not, it is whole either way: forget the outcome
+                # until it answers.
+                del self.stored[victim]
+                if await self.store.forget("acme", self.user, victim):
+                    self.forgotten.add(victim)
+            else:
+                content = f"w{self.number}-{n}"
+                self.attempted.append(content)
+                fact = await self.store.remember("acme", self.user, content)
+                self.stored[fact.id] = content
+                await self.store.recall("acme", self.user, limit=5)
+        except StoreUnavailableError:
+            pass
+        except Exception as exc:  # noqa: BLE001 - any other error is the failure
+            self.other.append(exc)
+
+    async def check(self) -> None:
+        assert self.other == []
+        recalled = await self.store.recall("acme", self.user)
+        contents = [m.content for m in recalled]
+        # Only whole facts that were asked for, none twice, in order.
+        assert len(contents) == len(set(contents))
+        assert set(contents) <= set(self.attempted)
+        assert contents == sorted(contents, key=lambda c: int(c.rsplit("-", 1)[1]))
+        ids = {m.id for m in recalled}
+        assert set(self.stored) <= ids
+        assert not ids & self.forgotten
+
+
+async def test_terminations_during_concurrent_operations(backdoor: Backdoor) -> None:
+    workers, rounds, per_worker = 8, 5, 40
+    thresholds = [anyio.Event() for _ in range(rounds)]
+    every = workers * per_worker // (rounds + 1)
+    done = [0]
+    killed: list[int] = []
+
+    async def run(worker: _Worker) -> None:
+        for n in range(per_worker):
+            await worker.step(n)
+            done[0] += 1
+            # Terminations are paced by progress, not by a clock.
+            for index, event in enumerate(thresholds):
+                if done[0] >= every * (index + 1):
+                    event.set()
+
+    async def terminator(name: str) -> None:
+        for event in thresholds:
+            await event.wait()
+            killed.append(await backdoor.terminate(name))
+
+    with anyio.fail_after(_BOUND):
+        async with _labelled_store(backdoor, max_size=8) as (store, name):
+            team = [_Worker(store, number) for number in range(workers)]
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(terminator, name)
+                for worker in team:
+                    tasks.start_soon(run, worker)
+            assert sum(killed) >= rounds
+            for worker in team:
+                await worker.check()
+            # And the store works normally afterwards.
+            fact = await store.remember("acme", "after", "all is well")
+            assert await store.recall("acme", "after") == (fact,)
+
+
+async def test_an_unreachable_server_fails_clearly() -> None:
+    # Nothing listens on port 1 of the loopback interface.
+    with anyio.fail_after(_BOUND), pytest.raises(StoreUnavailableError, match="connect"):
+        async with PostgresMemory.connect(
+            "postgresql://postgres@127.0.0.1:1/test?connect_timeout=2", pool_timeout=1
+        ):
+            pytest.fail("the store opened without a server")

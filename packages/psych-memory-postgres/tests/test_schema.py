@@ -1,0 +1,183 @@
+"""setup(): idempotent creation and upgrade, and the recorded schema version."""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+from uuid import uuid4
+
+import anyio
+import anyio.to_thread
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+
+from psych_runtime.memory.postgres import (
+    SCHEMA_VERSION,
+    PostgresMemory,
+    PostgresMemoryError,
+    SchemaVersionError,
+)
+
+if TYPE_CHECKING:
+    from conftest import Backdoor
+
+pytestmark = pytest.mark.anyio
+
+
+async def _recorded_version(backdoor: Backdoor) -> list[int]:
+    rows = await backdoor.query(
+        sql.SQL("SELECT version FROM {}").format(sql.Identifier(backdoor.schema, "schema_version"))
+    )
+    return [int(row[0]) for row in rows]
+
+
+async def _set_version(backdoor: Backdoor, version: int) -> None:
+    await backdoor.query(
+        sql.SQL("UPDATE {} SET version = %s").format(
+            sql.Identifier(backdoor.schema, "schema_version")
+        ),
+        (version,),
+    )
+
+
+async def test_setup_creates_schema_tables_and_records_the_version(
+    postgres_dsn: str, schema: str, backdoor: Backdoor
+) -> None:
+    async with PostgresMemory.connect(postgres_dsn, schema=schema) as store:
+        await store.setup()
+        assert await _recorded_version(backdoor) == [SCHEMA_VERSION]
+        tables = await backdoor.query(
+            sql.SQL("SELECT tablename FROM pg_tables WHERE schemaname = %s ORDER BY 1"),
+            (schema,),
+        )
+        assert [row[0] for row in tables] == ["memories", "schema_version"]
+
+
+async def test_setup_is_idempotent_and_keeps_facts(
+    postgres_dsn: str, schema: str, backdoor: Backdoor
+) -> None:
+    async with PostgresMemory.connect(postgres_dsn, schema=schema) as store:
+        await store.setup()
+        fact = await store.remember("acme", "u1", "survives a second setup")
+        await store.setup()
+        await store.setup()
+        assert await store.recall("acme", "u1") == (fact,)
+        assert await _recorded_version(backdoor) == [SCHEMA_VERSION]
+
+
+async def test_concurrent_setups_take_turns(postgres_dsn: str, schema: str) -> None:
+    # Several processes starting at once: without the advisory lock, two
+    # CREATE TABLE IF NOT EXISTS race and one fails.
+    async with PostgresMemory.connect(postgres_dsn, schema=schema, max_size=8) as store:
+        async with anyio.create_task_group() as tasks:
+            for _ in range(8):
+                tasks.start_soon(store.setup)
+        fact = await store.remember("acme", "u1", "after eight setups")
+        assert await store.recall("acme", "u1") == (fact,)
+
+
+async def test_setup_uses_a_schema_prepared_by_a_dba(
+    postgres_dsn: str, schema: str, backdoor: Backdoor
+) -> None:
+    await backdoor.query(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+    async with PostgresMemory.connect(postgres_dsn, schema=schema) as store:
+        await store.setup()
+        await store.remember("acme", "u1", "in a prepared schema")
+    assert await _recorded_version(backdoor) == [SCHEMA_VERSION]
+
+
+async def test_a_newer_schema_fails_setup_and_changes_nothing(
+    postgres_dsn: str, schema: str, backdoor: Backdoor
+) -> None:
+    async with PostgresMemory.connect(postgres_dsn, schema=schema) as store:
+        await store.setup()
+        await store.remember("acme", "u1", "written by this version")
+    await _set_version(backdoor, SCHEMA_VERSION + 1)
+    async with PostgresMemory.connect(postgres_dsn, schema=schema) as store:
+        with pytest.raises(SchemaVersionError, match="newer") as caught:
+            await store.setup()
+        assert caught.value.found == SCHEMA_VERSION + 1
+        assert caught.value.expected == SCHEMA_VERSION
+        assert caught.value.schema == schema
+    assert await _recorded_version(backdoor) == [SCHEMA_VERSION + 1]
+    assert await backdoor.count("acme", "u1") == 1
+
+
+@pytest.mark.parametrize("operation", ["remember", "forget", "recall", "erase"])
+async def test_a_newer_schema_fails_every_operation_clearly(
+    postgres_dsn: str, schema: str, backdoor: Backdoor, operation: str
+) -> None:
+    async with PostgresMemory.connect(postgres_dsn, schema=schema) as store:
+        await store.setup()
+    await _set_version(backdoor, SCHEMA_VERSION + 1)
+    async with PostgresMemory.connect(postgres_dsn, schema=schema) as store:
+        calls: dict[str, Callable[[], Awaitable[object]]] = {
+            "remember": lambda: store.remember("acme", "u1", "not written"),
+            "forget": lambda: store.forget("acme", "u1", str(uuid4())),
+            "recall": lambda: store.recall("acme", "u1"),
+            "erase": lambda: store.erase("acme", "u1"),
+        }
+        with pytest.raises(SchemaVersionError, match="upgrade psych-memory-postgres"):
+            await calls[operation]()
+    assert await backdoor.count("acme", "u1") == 0
+
+
+async def test_an_older_schema_asks_for_setup(
+    postgres_dsn: str, schema: str, backdoor: Backdoor
+) -> None:
+    async with PostgresMemory.connect(postgres_dsn, schema=schema) as store:
+        await store.setup()
+    await _set_version(backdoor, SCHEMA_VERSION - 1)
+    async with PostgresMemory.connect(postgres_dsn, schema=schema) as store:
+        with pytest.raises(SchemaVersionError, match=r"older .*call setup\(\)"):
+            await store.recall("acme", "u1")
+
+
+async def test_missing_tables_ask_for_setup(postgres_dsn: str, schema: str) -> None:
+    async with PostgresMemory.connect(postgres_dsn, schema=schema) as store:
+        with pytest.raises(SchemaVersionError, match=r"no memory tables yet") as caught:
+            await store.remember("acme", "u1", "nowhere to go")
+        assert caught.value.found is None
+
+
+async def test_an_empty_version_table_asks_for_setup(
+    postgres_dsn: str, schema: str, backdoor: Backdoor
+) -> None:
+    async with PostgresMemory.connect(postgres_dsn, schema=schema) as store:
+        await store.setup()
+    await backdoor.query(sql.SQL("DELETE FROM {}").format(sql.Identifier(schema, "schema_version")))
+    async with PostgresMemory.connect(postgres_dsn, schema=schema) as store:
+        with pytest.raises(SchemaVersionError, match="no memory tables yet"):
+            await store.erase("acme", "u1")
+
+
+def test_schema_version_error_pickles_and_names_no_value() -> None:
+    error = SchemaVersionError("psych_memory", 7, 1)
+    again = pickle.loads(pickle.dumps(error))  # noqa: S301 - our own bytes
+    assert (again.schema, again.found, again.expected) == ("psych_memory", 7, 1)
+    assert str(again) == str(error)
+    assert isinstance(again, PostgresMemoryError)
+
+
+async def test_a_database_not_in_utf8_is_refused(postgres_dsn: str) -> None:
+    name = f"psych_test_ascii_{uuid4().hex}"
+
+    def admin(statement: str) -> None:
+        with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL(statement).format(sql.Identifier(name)))
+
+    await anyio.to_thread.run_sync(
+        admin,
+        "CREATE DATABASE {} ENCODING 'SQL_ASCII' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0",
+    )
+    try:
+        async with PostgresMemory.connect(
+            make_conninfo(postgres_dsn, dbname=name), schema="psych_memory"
+        ) as store:
+            with pytest.raises(PostgresMemoryError, match="UTF8, not SQL_ASCII"):
+                await store.setup()
+    finally:
+        await anyio.to_thread.run_sync(admin, "DROP DATABASE {} WITH (FORCE)")

@@ -1,0 +1,311 @@
+"""Rules of the PostgreSQL adapter beyond the port's shared contract."""
+
+from __future__ import annotations
+
+from datetime import UTC
+from typing import TYPE_CHECKING, Any
+from uuid import UUID, uuid4
+
+import anyio
+import psycopg
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from psycopg import sql
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+from psych_runtime.memory.port import MAX_CONTENT_LENGTH, InvalidContentError, InvalidKeyError
+from psych_runtime.memory.postgres import PostgresMemory
+
+if TYPE_CHECKING:
+    from conftest import Backdoor
+
+pytestmark = pytest.mark.anyio
+
+# Everything the port accepts as content: no control characters but newline
+# and tab, no lone surrogates, not blank.
+_content = st.text(
+    st.characters(
+        blacklist_categories=("Cs", "Cc"),
+        blacklist_characters="\x7f",
+    )
+    | st.sampled_from("\n\t"),
+    min_size=1,
+    max_size=300,
+).filter(lambda text: not text.isspace())
+
+
+async def test_ids_are_canonical_uuids_unique_across_keys(store: PostgresMemory) -> None:
+    facts = [
+        await store.remember(tenant, user, "same words")
+        for tenant in ("acme", "globex")
+        for user in ("u1", "u2")
+        for _ in range(3)
+    ]
+    ids = [fact.id for fact in facts]
+    assert len(set(ids)) == len(ids)
+    for memory_id in ids:
+        assert str(UUID(memory_id)) == memory_id
+
+
+async def test_order_is_insertion_order_even_with_equal_timestamps(
+    store: PostgresMemory, backdoor: Backdoor
+) -> None:
+    facts = [await store.remember("acme", "u1", f"fact {n}") for n in range(20)]
+    # Same instant for every row, and the reverse order of insertion for
+    # good measure: order must still come from the sequence.
+    await backdoor.query(
+        sql.SQL("UPDATE {} SET created_at = '2001-02-03T04:05:06Z'").format(backdoor.table)
+    )
+    recalled = await store.recall("acme", "u1")
+    assert [m.id for m in recalled] == [f.id for f in facts]
+    limited = await store.recall("acme", "u1", limit=5)
+    assert [m.id for m in limited] == [f.id for f in facts[:5]]
+
+
+async def test_recalled_facts_equal_remembered_ones_in_utc(store: PostgresMemory) -> None:
+    fact = await store.remember("acme", "u1", "prefers the Berlin warehouse")
+    assert fact.created_at.tzinfo is UTC
+    (recalled,) = await store.recall("acme", "u1")
+    assert recalled == fact
+    assert recalled.created_at.tzinfo is UTC
+
+
+async def test_limit_beyond_bigint_means_all(store: PostgresMemory) -> None:
+    facts = [await store.remember("acme", "u1", f"fact {n}") for n in range(3)]
+    assert await store.recall("acme", "u1", limit=2**80) == tuple(facts)
+    assert await store.recall("acme", "u1", limit=0) == ()
+
+
+async def test_forget_of_a_foreign_id_deletes_nothing(
+    store: PostgresMemory, backdoor: Backdoor
+) -> None:
+    fact = await store.remember("acme", "u1", "mine")
+    assert await store.forget("acme", "u2", fact.id) is False
+    assert await store.forget("globex", "u1", fact.id) is False
+    assert await backdoor.count("acme", "u1") == 1
+    assert await store.forget("acme", "u1", fact.id) is True
+    assert await backdoor.count("acme", "u1") == 0
+
+
+@pytest.mark.parametrize(
+    "spelling",
+    [str.upper, lambda i: "{" + i + "}", lambda i: "urn:uuid:" + i, lambda i: i.replace("-", "")],
+    ids=["upper", "braces", "urn", "hex"],
+)
+async def test_only_the_exact_id_spelling_forgets(
+    store: PostgresMemory, backdoor: Backdoor, spelling: Any
+) -> None:
+    fact = await store.remember("acme", "u1", "mine")
+    assert await store.forget("acme", "u1", spelling(fact.id)) is False
+    assert await backdoor.count("acme", "u1") == 1
+
+
+@pytest.mark.parametrize("memory_id", ["", "not an id", "\x00", "123", "\ud800"])
+async def test_malformed_ids_are_answered_false(store: PostgresMemory, memory_id: str) -> None:
+    await store.remember("acme", "u1", "mine")
+    assert await store.forget("acme", "u1", memory_id) is False
+    assert len(await store.recall("acme", "u1")) == 1
+
+
+async def test_erase_is_a_real_delete_of_that_key_only(
+    store: PostgresMemory, backdoor: Backdoor
+) -> None:
+    for n in range(4):
+        await store.remember("acme", "u1", f"fact {n}")
+    await store.remember("acme", "u2", "other user")
+    await store.remember("globex", "u1", "other tenant")
+    assert await store.erase("acme", "u1") == 4
+    assert await backdoor.count("acme", "u1") == 0
+    assert await backdoor.count("acme", "u2") == 1
+    assert await backdoor.count("globex", "u1") == 1
+    assert await store.erase("acme", "u1") == 0
+
+
+async def test_keys_are_compared_exactly(store: PostgresMemory) -> None:
+    # Case, accents in two Unicode spellings, and width: distinct keys under
+    # the "C" collation, whatever the database's locale would say.
+    users = ["user", "User", "caf\u00e9", "cafe\u0301", "\uff55ser"]
+    for user in users:
+        await store.remember("acme", user, f"fact of {user!a}")
+    for user in users:
+        (fact,) = await store.recall("acme", user)
+        assert fact.content == f"fact of {user!a}"
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(content=_content)
+async def test_content_is_stored_exactly(store: PostgresMemory, content: str) -> None:
+    fact = await store.remember("acme", "u1", content)
+    recalled = await store.recall("acme", "u1")
+    assert recalled[-1].content == content
+    assert recalled[-1] == fact
+    assert await store.forget("acme", "u1", fact.id) is True
+
+
+async def test_longest_content_round_trips(store: PostgresMemory) -> None:
+    content = "\u00e9" * MAX_CONTENT_LENGTH
+    fact = await store.remember("acme", "u1", content)
+    assert (await store.recall("acme", "u1"))[0].content == content == fact.content
+
+
+async def test_invalid_input_is_refused_before_the_server_is_asked(postgres_dsn: str) -> None:
+    # The pool is never opened: any call that reached it would fail with a
+    # pool error, so these errors can only come from validation beforehand.
+    pool = ConnectionPool(postgres_dsn, open=False)
+    store = PostgresMemory(pool, schema="never_used")
+    with pytest.raises(InvalidContentError):
+        await store.remember("acme", "u1", " ")
+    with pytest.raises(InvalidKeyError):
+        await store.recall("acme", " u1")
+    with pytest.raises(TypeError):
+        await store.forget("acme", "u1", 42)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        await store.erase(None, "u1")  # type: ignore[arg-type]
+
+
+async def test_app_owned_sync_pool_works_on_both_backends(
+    postgres_dsn: str, schema: str, backdoor: Backdoor
+) -> None:
+    # Default settings: not autocommit, so each statement is committed by the
+    # pool's connection context; another connection must see it at once.
+    with ConnectionPool(postgres_dsn, min_size=1, max_size=2, open=True) as pool:
+        store = PostgresMemory(pool, schema=schema)
+        assert store.pool is pool
+        assert store.schema == schema
+        await store.setup()
+        fact = await store.remember("acme", "u1", "kept by the application's pool")
+        assert await backdoor.count("acme", "u1") == 1
+        assert await store.recall("acme", "u1") == (fact,)
+        assert await store.erase("acme", "u1") == 1
+    assert pool.closed
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_app_owned_async_pool_works_on_asyncio(
+    postgres_dsn: str, schema: str, backdoor: Backdoor
+) -> None:
+    async with AsyncConnectionPool(postgres_dsn, min_size=1, max_size=2, open=False) as pool:
+        store = PostgresMemory(pool, schema=schema)
+        await store.setup()
+        fact = await store.remember("acme", "u1", "kept by the application's pool")
+        assert await backdoor.count("acme", "u1") == 1
+        assert await store.recall("acme", "u1") == (fact,)
+        assert await store.forget("acme", "u1", fact.id) is True
+    # The store never closes a pool it was given; the application did.
+    assert pool.closed
+
+
+@pytest.mark.parametrize("anyio_backend", ["trio"])
+async def test_async_pool_is_refused_on_trio(postgres_dsn: str) -> None:
+    pool = AsyncConnectionPool(postgres_dsn, open=False)
+    store = PostgresMemory(pool, schema="never_used")
+    with pytest.raises(RuntimeError, match="only on asyncio"):
+        await store.recall("acme", "u1")
+    with pytest.raises(RuntimeError, match="only on asyncio"):
+        await store.setup()
+
+
+async def test_many_tasks_remember_concurrently(store: PostgresMemory) -> None:
+    contents = [f"fact {n}" for n in range(64)]
+    ids: list[str] = []
+
+    async def remember(content: str) -> None:
+        ids.append((await store.remember("acme", "u1", content)).id)
+
+    async with anyio.create_task_group() as tasks:
+        for content in contents:
+            tasks.start_soon(remember, content)
+    recalled = await store.recall("acme", "u1")
+    assert sorted(m.content for m in recalled) == sorted(contents)
+    assert len(set(ids)) == 64
+    assert {m.id for m in recalled} == set(ids)
+
+
+async def test_per_user_statements_walk_the_key_index(
+    store: PostgresMemory, backdoor: Backdoor
+) -> None:
+    # Enough rows of other users that a full scan would be the wrong plan;
+    # the plan must then use the index and need no sort.
+    await backdoor.query(
+        sql.SQL(
+            "INSERT INTO {} (tenant, end_user_id, content)"
+            " SELECT 'acme', 'user-' || (n %% 2000), 'fact' FROM generate_series(1, 20000) AS n"
+        ).format(backdoor.table)
+    )
+    await backdoor.query(sql.SQL("ANALYZE {}").format(backdoor.table))
+    fact = await store.remember("acme", "user-7", "one more")
+
+    async def plan(statement: str, params: tuple[object, ...]) -> str:
+        rows = await backdoor.query(
+            sql.SQL("EXPLAIN " + statement).format(backdoor.table),
+            params,
+        )
+        return "\n".join(row[0] for row in rows)
+
+    recall = await plan(
+        "SELECT id, content FROM {} WHERE tenant = %s AND end_user_id = %s"
+        " ORDER BY seq LIMIT %s::bigint",
+        ("acme", "user-7", None),
+    )
+    assert "memories_key_seq" in recall
+    assert "Sort" not in recall
+    erase = await plan("DELETE FROM {} WHERE tenant = %s AND end_user_id = %s", ("acme", "user-7"))
+    assert "memories_key_seq" in erase
+    forget = await plan(
+        "DELETE FROM {} WHERE tenant = %s AND end_user_id = %s AND id = %s",
+        ("acme", "user-7", UUID(fact.id)),
+    )
+    assert "memories_tenant_id" in forget
+    assert "Seq Scan" not in recall + erase + forget
+
+
+def test_constructor_refuses_what_is_not_a_pool() -> None:
+    with pytest.raises(TypeError, match="pool must be"):
+        PostgresMemory("postgresql://localhost/db")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("schema", "error", "rule"),
+    [
+        (42, TypeError, "must be a str"),
+        ("", ValueError, "must not be empty"),
+        ("a\x00b", ValueError, "NUL"),
+        ("x" * 64, ValueError, "at most 63 bytes"),
+        ("\u00e9" * 32, ValueError, "at most 63 bytes"),
+        ("\udc80", ValueError, "lone surrogate"),
+        ("pg_memory", ValueError, "reserved"),
+    ],
+)
+def test_schema_names_are_checked(postgres_dsn: str, schema: Any, error: type, rule: str) -> None:
+    pool = ConnectionPool(postgres_dsn, open=False)
+    with pytest.raises(error, match=rule):
+        PostgresMemory(pool, schema=schema)
+
+
+def test_repr_names_the_schema_and_never_the_address(postgres_dsn: str) -> None:
+    pool = ConnectionPool("postgresql://app:secret@db.internal/app", open=False)
+    text = repr(PostgresMemory(pool, schema='Odd "Name"'))
+    assert text == "PostgresMemory(schema='Odd \"Name\"')"
+    assert "secret" not in text
+
+
+async def test_odd_schema_names_are_quoted(postgres_dsn: str) -> None:
+    # Each run its own name, so parallel runs never share it.
+    schema = f'Odd "{uuid4().hex[:12]}"; DROP TABLE x; --'
+    try:
+        async with PostgresMemory.connect(postgres_dsn, schema=schema) as store:
+            await store.setup()
+            fact = await store.remember("acme", "u1", "quoted, not executed")
+            assert await store.recall("acme", "u1") == (fact,)
+    finally:
+        await anyio.to_thread.run_sync(_drop_schema, postgres_dsn, schema)
+
+
+def _drop_schema(dsn: str, schema: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))

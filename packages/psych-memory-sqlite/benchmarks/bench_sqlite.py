@@ -1,0 +1,378 @@
+"""Benchmark SqliteMemory beside plain sqlite3 running the same statements.
+
+Run with ``hatch run bench:sqlite`` (add ``--quick`` for a short smoke run).
+
+Part 1, throughput: on two files prepared the same way, the adapter and a
+plain ``sqlite3`` connection (same schema, same pragmas, same SQL, called
+directly with no validation and no worker thread) each run ``remember``,
+``recall``, ``forget`` and ``erase``. Rounds alternate between the two so
+that a busy machine slows both alike; the best round of each counts. The
+ratio adapter / plain is the figure of merit (target: at least 0.7).
+
+Part 2, growth: one file grows from 10 thousand to 1 million facts, and at
+each size the adapter's per-user operations are timed on end users holding
+ten facts each. Their cost should stay flat (target: within 25 % of the
+smallest size).
+
+Both parts use the default durability ("full": an fsync per commit) unless
+``--durability normal`` is given. Figures go to stdout; copy them to
+docs/sqlite.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import random
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from contextlib import closing, contextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from uuid import uuid4
+
+import anyio
+import anyio.to_thread
+
+from psych_runtime.memory.sqlite import Durability, SqliteMemory
+
+FACTS_PER_USER = 10
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+MICROSECOND = timedelta(microseconds=1)
+
+# The adapter's statements, spelled out again for the plain connection.
+INSERT = (
+    "INSERT INTO psych_memory_fact (tenant, end_user_id, seq, id, content, created_at) "
+    "SELECT ?1, ?2, coalesce(max(seq), 0) + 1, ?3, ?4, ?5 FROM psych_memory_fact "
+    "WHERE tenant = ?1 AND end_user_id = ?2"
+)
+SELECT = (
+    "SELECT id, content, created_at FROM psych_memory_fact "
+    "WHERE tenant = ? AND end_user_id = ? ORDER BY seq LIMIT ?"
+)
+DELETE_ONE = "DELETE FROM psych_memory_fact WHERE tenant = ? AND end_user_id = ? AND id = ?"
+DELETE_KEY = "DELETE FROM psych_memory_fact WHERE tenant = ? AND end_user_id = ?"
+TRUNCATE_LOG = "PRAGMA wal_checkpoint(TRUNCATE)"
+NO_LIMIT = 2**63 - 1
+OPERATIONS = ("remember", "recall", "forget", "erase")
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    # As timeit does: a collection triggered by earlier allocations must not
+    # land in one measurement and not in another.
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def content(rng: random.Random) -> str:
+    words = ("prefers", "the", "Berlin", "warehouse", "invoices", "in", "euro", "weekly")
+    return " ".join(rng.choice(words) for _ in range(12))
+
+
+def user(index: int) -> str:
+    return f"user-{index:07d}"
+
+
+def now_micros() -> int:
+    return (datetime.now(UTC) - EPOCH) // MICROSECOND
+
+
+async def create(path: Path, durability: Durability) -> None:
+    async with SqliteMemory(path, durability=durability):
+        pass
+
+
+def plain(path: Path, durability: Durability) -> sqlite3.Connection:
+    """A connection set up exactly as the adapter sets up its own."""
+    conn = sqlite3.connect(
+        path, timeout=5.0, isolation_level=None, check_same_thread=False, cached_statements=16
+    )
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute(f"PRAGMA synchronous = {durability.upper()}")
+    conn.execute("PRAGMA secure_delete = ON")
+    conn.execute("PRAGMA temp_store = MEMORY")
+    return conn
+
+
+def fill(path: Path, durability: Durability, first_user: int, users: int, seed: int) -> None:
+    """Add ``users`` end users of ten facts each, interleaved as if over time."""
+    rng = random.Random(seed)
+    with closing(plain(path, durability)) as conn:
+        rows = []
+        for _ in range(FACTS_PER_USER):
+            for index in range(first_user, first_user + users):
+                rows.append(("acme", user(index), uuid4().hex, content(rng), now_micros()))
+                if len(rows) == 50_000:
+                    with conn:
+                        conn.execute("BEGIN")
+                        conn.executemany(INSERT, rows)
+                    rows.clear()
+        with conn:
+            conn.execute("BEGIN")
+            conn.executemany(INSERT, rows)
+        conn.execute(TRUNCATE_LOG)
+
+
+def first_ids(path: Path, indices: Iterable[int]) -> list[tuple[str, str]]:
+    """The oldest fact's id of each given user, read before the clock starts."""
+    with closing(sqlite3.connect(path)) as conn:
+        found = []
+        for index in indices:
+            (memory_id,) = conn.execute(
+                "SELECT id FROM psych_memory_fact WHERE tenant = 'acme' AND end_user_id = ? "
+                "ORDER BY seq LIMIT 1",
+                (user(index),),
+            ).fetchone()
+            found.append((memory_id, user(index)))
+        return found
+
+
+# Part 1: the adapter and plain sqlite3, side by side.
+
+
+class Workload:
+    """The same four operations, on users laid out the same way in either file."""
+
+    def __init__(self, users: int, ops: int) -> None:
+        self.users = users
+        self.ops = ops
+        # Forget the first fact of some users; erase other users entirely.
+        self.forget_users = range(ops)
+        self.erase_users = range(ops, 2 * ops)
+        self.recall_order = [random.Random(7).randrange(2 * ops, users) for _ in range(ops * 4)]
+
+
+def plain_remember(conn: sqlite3.Connection, end_user: str, text: str) -> None:
+    conn.execute(INSERT, ("acme", end_user, uuid4().hex, text, now_micros()))
+
+
+def plain_recall(conn: sqlite3.Connection, end_user: str) -> object:
+    return conn.execute(SELECT, ("acme", end_user, NO_LIMIT)).fetchall()
+
+
+def plain_forget(conn: sqlite3.Connection, end_user: str, memory_id: str) -> None:
+    if conn.execute(DELETE_ONE, ("acme", end_user, memory_id)).rowcount:
+        conn.execute(TRUNCATE_LOG).fetchone()
+
+
+def plain_erase(conn: sqlite3.Connection, end_user: str) -> None:
+    if conn.execute(DELETE_KEY, ("acme", end_user)).rowcount:
+        conn.execute(TRUNCATE_LOG).fetchone()
+
+
+PLAIN: dict[str, Callable[..., object]] = {
+    "remember": plain_remember,
+    "recall": plain_recall,
+    "forget": plain_forget,
+    "erase": plain_erase,
+}
+SIDES = ("plain", "plain-thread", "adapter")
+
+Call = Callable[..., Awaitable[object]]
+
+
+async def run_side(
+    side: str, path: Path, durability: Durability, work: Workload
+) -> dict[str, float]:
+    """Run the workload one way; return operations per second for each operation."""
+    if side == "adapter":
+        async with SqliteMemory(path, durability=durability) as memory:
+
+            async def adapter(op: str, *args: str) -> object:
+                return await getattr(memory, op)("acme", *args)
+
+            return await timed(adapter, path, work)
+    conn = plain(path, durability)
+    try:
+        if side == "plain":
+
+            async def direct(op: str, *args: str) -> object:
+                # Deliberately on the loop thread: the ceiling, with no hop.
+                return PLAIN[op](conn, *args)
+
+            return await timed(direct, path, work)
+
+        async def threaded(op: str, *args: str) -> object:
+            return await anyio.to_thread.run_sync(PLAIN[op], conn, *args)
+
+        return await timed(threaded, path, work)
+    finally:
+        conn.close()
+
+
+async def timed(call: Call, path: Path, work: Workload) -> dict[str, float]:
+    rng = random.Random(1)
+    forget = first_ids(path, work.forget_users)
+    rates: dict[str, float] = {}
+
+    start = time.perf_counter()
+    for i in range(work.ops):
+        await call("remember", user(i % work.users), content(rng))
+    rates["remember"] = work.ops / (time.perf_counter() - start)
+
+    start = time.perf_counter()
+    for index in work.recall_order:
+        await call("recall", user(index))
+    rates["recall"] = len(work.recall_order) / (time.perf_counter() - start)
+
+    start = time.perf_counter()
+    for memory_id, end_user in forget:
+        await call("forget", end_user, memory_id)
+    rates["forget"] = len(forget) / (time.perf_counter() - start)
+
+    start = time.perf_counter()
+    for index in work.erase_users:
+        await call("erase", user(index))
+    rates["erase"] = len(work.erase_users) / (time.perf_counter() - start)
+    return rates
+
+
+def throughput(
+    folder: Path, *, durability: Durability, backend: str, users: int, ops: int, rounds: int
+) -> None:
+    work = Workload(users, ops)
+    best: dict[str, dict[str, float]] = {side: {} for side in SIDES}
+    for round_ in range(rounds):
+        # Rotate the order, so no side always runs first on a fresh page cache.
+        for side in SIDES[round_ % 3 :] + SIDES[: round_ % 3]:
+            path = folder / f"throughput-{side}-{round_}.sqlite3"
+            anyio.run(create, path, durability)
+            fill(path, durability, 0, users, seed=round_)
+            with gc_paused():
+                rates = anyio.run(run_side, side, path, durability, work, backend=backend)
+            for op, rate in rates.items():
+                best[side][op] = max(best[side].get(op, 0.0), rate)
+            for leftover in folder.glob(f"{path.name}*"):
+                leftover.unlink()
+
+    print(f"\n## Throughput ({backend}, durability={durability}, {users * FACTS_PER_USER} facts)")
+    print(
+        "\n| operation | plain sqlite3 | plain sqlite3 in a worker thread | SqliteMemory "
+        "| ratio to plain | ratio to plain in a thread |"
+    )
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    for op in OPERATIONS:
+        base, hop, ours = (best[side][op] for side in SIDES)
+        print(
+            f"| {op} | {base:,.0f} | {hop:,.0f} | {ours:,.0f} "
+            f"| {ours / base:.2f} | {ours / hop:.2f} |"
+        )
+
+
+# Part 2: per-user operations as the file grows.
+
+
+async def per_user_ops(
+    path: Path, durability: Durability, picks: list[int], ops: int
+) -> dict[str, list[float]]:
+    """Microseconds of each call; ``picks`` holds 3 * ``ops`` end users not used before."""
+    rng = random.Random(3)
+    forget = first_ids(path, picks[:ops])
+    calls: dict[str, list[float]] = {op: [] for op in OPERATIONS}
+    clock = time.perf_counter
+    async with SqliteMemory(path, durability=durability) as memory:
+        for index in picks[ops : 2 * ops]:
+            start = clock()
+            await memory.remember("acme", user(index), content(rng))
+            calls["remember"].append(clock() - start)
+        for index in picks[ops : 2 * ops]:
+            start = clock()
+            await memory.recall("acme", user(index))
+            calls["recall"].append(clock() - start)
+        for memory_id, end_user in forget:
+            start = clock()
+            await memory.forget("acme", end_user, memory_id)
+            calls["forget"].append(clock() - start)
+        for index in picks[2 * ops :]:
+            start = clock()
+            await memory.erase("acme", user(index))
+            calls["erase"].append(clock() - start)
+    return {op: [seconds * 1e6 for seconds in values] for op, values in calls.items()}
+
+
+def growth(
+    folder: Path, *, durability: Durability, backend: str, sizes: list[int], ops: int, rounds: int
+) -> None:
+    # One file per size, measured in rotating order within each round, so a
+    # change in the machine's load falls on every size alike.
+    files: dict[int, Path] = {}
+    unused: dict[int, list[int]] = {}
+    for size in sizes:
+        files[size] = folder / f"growth-{size}.sqlite3"
+        anyio.run(create, files[size], durability)
+        fill(files[size], durability, 0, size // FACTS_PER_USER, seed=size)
+        # Each round works on end users no earlier round touched (erase
+        # removes them), drawn from the whole file.
+        unused[size] = random.Random(size).sample(range(size // FACTS_PER_USER), 3 * ops * rounds)
+        megabytes = files[size].stat().st_size / 1e6
+        print(f"  filled {size:,} facts ({megabytes:,.0f} MB)", file=sys.stderr)
+
+    samples: dict[int, dict[str, list[float]]] = {
+        size: {op: [] for op in OPERATIONS} for size in sizes
+    }
+    for round_ in range(rounds):
+        for size in sizes[round_ % len(sizes) :] + sizes[: round_ % len(sizes)]:
+            picks = unused[size][3 * ops * round_ : 3 * ops * (round_ + 1)]
+            with gc_paused():
+                calls = anyio.run(
+                    per_user_ops, files[size], durability, picks, ops, backend=backend
+                )
+            for op, values in calls.items():
+                samples[size][op].extend(values)
+
+    print(f"\n## Per-user operations as the file grows ({backend}, durability={durability})")
+    header = " | ".join(f"{size:,} facts" for size in sizes)
+    print(f"\n| operation (median µs per call) | {header} | largest / smallest |")
+    print("| --- |" + " ---: |" * (len(sizes) + 1))
+    for op in OPERATIONS:
+        medians = [statistics.median(samples[size][op]) for size in sizes]
+        cells = " | ".join(f"{value:,.0f}" for value in medians)
+        print(f"| {op} | {cells} | {medians[-1] / medians[0]:.2f} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
+    parser.add_argument("--durability", choices=["full", "normal"], default="full")
+    parser.add_argument("--backend", choices=["asyncio", "trio"], default="asyncio")
+    # The default keeps the files on the disk the project lives on: a temporary
+    # folder may be in memory, where an fsync costs nothing.
+    parser.add_argument("--dir", default=".", help="folder for the database files")
+    args = parser.parse_args()
+    durability: Durability = "normal" if args.durability == "normal" else "full"
+    if args.quick:
+        users, ops, per_user, rounds, sizes = 200, 40, 20, 2, [2_000, 20_000]
+    else:
+        users, ops, per_user, rounds, sizes = 1_000, 200, 60, 5, [10_000, 100_000, 1_000_000]
+    print(f"Python {sys.version.split()[0]}, SQLite {sqlite3.sqlite_version}")
+    with tempfile.TemporaryDirectory(prefix="bench-sqlite-", dir=args.dir) as folder:
+        throughput(
+            Path(folder),
+            durability=durability,
+            backend=args.backend,
+            users=users,
+            ops=ops,
+            rounds=rounds,
+        )
+        growth(
+            Path(folder),
+            durability=durability,
+            backend=args.backend,
+            sizes=sizes,
+            ops=per_user,
+            rounds=rounds,
+        )
+
+
+if __name__ == "__main__":
+    main()

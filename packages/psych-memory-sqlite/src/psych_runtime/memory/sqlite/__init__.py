@@ -1,0 +1,27 @@
+"""The embedded durable memory adapter: one SQLite file, real deletes.
+
+`SqliteMemory` keeps every fact in one database file on this machine. Facts
+survive restarts and crashes, several processes may share the file, and
+`forget` and `erase` leave no copy of the deleted text in the file or its
+side files.
+"""
+
+from ._errors import (
+    DatabaseFileError,
+    EraseIncompleteError,
+    SchemaVersionError,
+    SqliteMemoryError,
+)
+from ._memory import Durability, SqliteMemory
+from ._schema import SCHEMA_VERSION
+from ._version import __version__ as __version__
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "DatabaseFileError",
+    "Durability",
+    "EraseIncompleteError",
+    "SchemaVersionError",
+    "SqliteMemory",
+    "SqliteMemoryError",
+]

@@ -1,0 +1,59 @@
+"""The adapter's public surface, and the layout rules it depends on."""
+
+from __future__ import annotations
+
+import inspect
+
+import psych_runtime
+import psych_runtime.memory
+import psych_runtime.memory.sqlite as sqlite_adapter
+from psych_runtime.memory.port import MemoryStore
+from psych_runtime.memory.sqlite import (
+    DatabaseFileError,
+    EraseIncompleteError,
+    SchemaVersionError,
+    SqliteMemory,
+    SqliteMemoryError,
+)
+
+
+def test_all_is_exactly_the_public_api() -> None:
+    assert sorted(sqlite_adapter.__all__) == sorted(
+        [
+            "SCHEMA_VERSION",
+            "DatabaseFileError",
+            "Durability",
+            "EraseIncompleteError",
+            "SchemaVersionError",
+            "SqliteMemory",
+            "SqliteMemoryError",
+        ]
+    )
+    for name in sqlite_adapter.__all__:
+        assert hasattr(sqlite_adapter, name), name
+
+
+def test_version() -> None:
+    assert sqlite_adapter.__version__ == "0.1.0"
+
+
+def test_namespace_levels_are_namespaces() -> None:
+    # An __init__.py at a namespace level would hide every other distribution.
+    assert getattr(psych_runtime, "__file__", None) is None
+    assert getattr(psych_runtime.memory, "__file__", None) is None
+
+
+def test_is_a_memory_store_with_documented_lifecycle() -> None:
+    assert issubclass(SqliteMemory, MemoryStore)
+    assert not inspect.isabstract(SqliteMemory)
+    for name in ("open", "aclose"):
+        method = getattr(SqliteMemory, name)
+        assert inspect.iscoroutinefunction(method), name
+        assert "Raises:" in (method.__doc__ or ""), name
+
+
+def test_errors_share_one_base() -> None:
+    for error in (DatabaseFileError, SchemaVersionError, EraseIncompleteError):
+        assert issubclass(error, SqliteMemoryError)
+    # Operational trouble with the file is not bad input to the port.
+    assert not issubclass(SqliteMemoryError, ValueError)

@@ -1,0 +1,211 @@
+"""The tool specs: valid JSON Schema 2020-12, closed, and free of the key."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pytest
+from jsonschema import Draft202012Validator
+
+from psych_runtime.memory.inproc import InProcessMemory
+from psych_runtime.memory.port import MAX_CONTENT_LENGTH
+from psych_runtime.tools.builtins import FORGET, REMEMBER, ToolSpec, memory_tools
+
+SPECS = (REMEMBER, FORGET)
+# The subset of JSON Schema every provider accepts for these tools.
+PORTABLE_KEYWORDS = {
+    "type",
+    "properties",
+    "required",
+    "additionalProperties",
+    "description",
+    "minLength",
+    "maxLength",
+}
+
+
+def schemas(schema: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:
+    yield schema
+    for sub in schema.get("properties", {}).values():
+        yield from schemas(sub)
+
+
+def test_specs_are_remember_then_forget() -> None:
+    tools = memory_tools(InProcessMemory(), scope="acme", end_user_id="u1")
+    assert tools.specs == (REMEMBER, FORGET)
+    assert [spec.name for spec in tools.specs] == ["remember", "forget"]
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda spec: spec.name)
+def test_schema_is_valid_json_schema_2020_12(spec: ToolSpec) -> None:
+    Draft202012Validator.check_schema(spec.input_schema)
+    # The schema survives a JSON round trip: it is plain data.
+    assert (
+        json.loads(json.dumps(spec.as_anthropic()["input_schema"]))
+        == spec.as_anthropic()["input_schema"]
+    )
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda spec: spec.name)
+def test_schema_is_a_closed_object_with_every_property_required(spec: ToolSpec) -> None:
+    schema = spec.input_schema
+    assert schema["type"] == "object"
+    assert schema["additionalProperties"] is False
+    assert sorted(schema["required"]) == sorted(schema["properties"])
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda spec: spec.name)
+def test_schema_keeps_to_the_portable_subset(spec: ToolSpec) -> None:
+    for schema in schemas(spec.input_schema):
+        assert set(schema) <= PORTABLE_KEYWORDS, set(schema) - PORTABLE_KEYWORDS
+        # Every schema names its type: an untyped enum broke one provider.
+        assert isinstance(schema["type"], str)
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda spec: spec.name)
+def test_schema_never_mentions_the_key(spec: ToolSpec) -> None:
+    text = json.dumps(spec.input_schema).lower()
+    for word in ("tenant", "end_user", "user_id", "scope"):
+        assert word not in text, word
+
+
+def test_schema_arguments() -> None:
+    assert list(REMEMBER.input_schema["properties"]) == ["content"]
+    assert list(FORGET.input_schema["properties"]) == ["memory_id"]
+
+
+def test_remember_content_carries_the_ports_length_limit() -> None:
+    content = REMEMBER.input_schema["properties"]["content"]
+    assert content == {
+        "type": "string",
+        "description": content["description"],
+        "minLength": 1,
+        "maxLength": MAX_CONTENT_LENGTH,
+    }
+    validator = Draft202012Validator(REMEMBER.input_schema)
+    assert validator.is_valid({"content": "x" * MAX_CONTENT_LENGTH})
+    assert not validator.is_valid({"content": "x" * (MAX_CONTENT_LENGTH + 1)})
+    assert not validator.is_valid({"content": ""})
+    assert not validator.is_valid({"content": "x", "end_user_id": "u2"})
+
+
+def test_descriptions_say_when_to_use_each_tool() -> None:
+    remember = REMEMBER.description.lower()
+    assert "durable" in remember
+    assert "small talk" in remember
+    forget = FORGET.description.lower()
+    assert "id" in forget
+    assert "prompt" in forget
+
+
+def test_spec_schema_cannot_be_changed_through_the_spec_or_its_source() -> None:
+    source: dict[str, Any] = {
+        "type": "object",
+        "properties": {"a": {"type": "string"}},
+        "required": ["a"],
+    }
+    spec = ToolSpec("t", "d", source)
+    source["properties"]["a"]["type"] = "integer"
+    assert spec.input_schema["properties"]["a"]["type"] == "string"
+    spec.input_schema["properties"]["a"]["type"] = "integer"
+    assert spec.input_schema["properties"]["a"]["type"] == "string"
+    for shape in (spec.as_anthropic()["input_schema"], spec.as_gemini()["parameters"]):
+        shape["properties"]["a"]["type"] = "integer"
+    assert spec.as_anthropic()["input_schema"]["properties"]["a"]["type"] == "string"
+    with pytest.raises(AttributeError):
+        spec.name = "other"  # type: ignore[misc]
+
+
+def test_spec_equality_hash_and_repr() -> None:
+    schema = {"type": "object"}
+    assert ToolSpec("t", "d", schema) == ToolSpec("t", "d", dict(schema))
+    assert hash(ToolSpec("t", "d", schema)) == hash(ToolSpec("t", "d", dict(schema)))
+    assert ToolSpec("t", "d", schema) != ToolSpec("t", "other", schema)
+    assert ToolSpec("t", "d", schema) != "t"
+    assert repr(REMEMBER) == "ToolSpec(name='remember')"
+
+
+@pytest.mark.parametrize(
+    ("args", "argument"),
+    [
+        ((1, "d", {}), "name"),
+        (("t", None, {}), "description"),
+        (("t", "d", [("type", "object")]), "input_schema"),
+        (("t", "d", {"type": {1, 2}}), "input_schema"),
+        (("t", "d", {"maximum": float("nan")}), "input_schema"),
+    ],
+)
+def test_spec_refuses_non_json_input(args: tuple[Any, Any, Any], argument: str) -> None:
+    with pytest.raises(TypeError, match=argument):
+        ToolSpec(*args)
+
+
+def test_anthropic_shape() -> None:
+    assert REMEMBER.as_anthropic() == {
+        "name": "remember",
+        "description": REMEMBER.description,
+        "input_schema": REMEMBER.input_schema,
+    }
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda spec: spec.name)
+def test_openai_shape_is_strict_and_has_no_length_keywords(spec: ToolSpec) -> None:
+    shape = spec.as_openai()
+    assert set(shape) == {"type", "function"}
+    assert shape["type"] == "function"
+    function = shape["function"]
+    assert set(function) == {"name", "description", "parameters", "strict"}
+    assert function["strict"] is True
+    assert function["name"] == spec.name
+    parameters = function["parameters"]
+    Draft202012Validator.check_schema(parameters)
+    for schema in schemas(parameters):
+        assert "minLength" not in schema
+        assert "maxLength" not in schema
+        if schema["type"] == "object":
+            assert schema["additionalProperties"] is False
+            assert sorted(schema["required"]) == sorted(schema["properties"])
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda spec: spec.name)
+def test_gemini_shape_has_upper_case_types_and_no_additional_properties(spec: ToolSpec) -> None:
+    shape = spec.as_gemini()
+    assert set(shape) == {"name", "description", "parameters"}
+    for schema in schemas(shape["parameters"]):
+        assert "additionalProperties" not in schema
+        assert schema["type"] in {"OBJECT", "STRING"}
+    assert shape["parameters"]["required"] == list(spec.input_schema["required"])
+
+
+def test_shapes_keep_a_property_named_like_a_dropped_keyword() -> None:
+    spec = ToolSpec(
+        "t",
+        "d",
+        {
+            "type": "object",
+            "properties": {"maxLength": {"type": "string", "maxLength": 3}},
+            "required": ["maxLength"],
+            "additionalProperties": False,
+        },
+    )
+    assert spec.as_openai()["function"]["parameters"]["properties"] == {
+        "maxLength": {"type": "string"}
+    }
+    assert spec.as_gemini()["parameters"]["properties"] == {
+        "maxLength": {"type": "STRING", "maxLength": 3}
+    }
+
+
+def test_shapes_leave_what_they_do_not_understand_unchanged() -> None:
+    # Boolean schemas and type lists are valid JSON Schema; the shapes pass
+    # them through rather than guess (the memory tools use neither).
+    spec = ToolSpec(
+        "t",
+        "d",
+        {"type": "object", "properties": {"any": True, "n": {"type": ["string", "null"]}}},
+    )
+    properties = {"any": True, "n": {"type": ["string", "null"]}}
+    assert spec.as_openai()["function"]["parameters"]["properties"] == properties
+    assert spec.as_gemini()["parameters"]["properties"] == properties

@@ -1,0 +1,320 @@
+"""Adapters that each break one rule of the port, and the kit run against them.
+
+This module is not collected by the repository's own test run (its name does
+not start with ``test_``): ``test_kit_catches_broken_adapters.py`` runs it in a
+separate pytest process and reads the report. Every adapter below is the
+in-process adapter with exactly one deliberate defect, written the way such a
+defect tends to appear in a real backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from typing import ClassVar
+from uuid import uuid4
+
+import anyio.lowlevel
+from hypothesis import Phase, settings
+
+from psych_runtime.memory.conformance import MemoryStoreContract
+from psych_runtime.memory.inproc import InProcessMemory
+from psych_runtime.memory.port import (
+    Memory,
+    MemoryKey,
+    MemoryStore,
+    Scope,
+    memory_key,
+    validate_content,
+    validate_limit,
+    validate_memory_id,
+)
+
+# Finding a failure is the point here, not its smallest form: shrinking every
+# failing property check of every broken adapter would only cost time.
+settings.register_profile("find-only", phases=[Phase.explicit, Phase.reuse, Phase.generate])
+settings.load_profile("find-only")
+
+
+class Correct(InProcessMemory):
+    """The in-process adapter itself: the kit must pass it."""
+
+    __slots__ = ()
+
+    def stored_rows(self, key: MemoryKey) -> int:
+        """The backdoor: rows held for ``key``, hidden ones included."""
+        return len(self._facts.get(key, {}))
+
+
+class NewestFirst(Correct):
+    """Rule 3: recall hands back the newest fact first."""
+
+    __slots__ = ()
+
+    async def recall(
+        self, scope: Scope, end_user_id: str, *, limit: int | None = None
+    ) -> tuple[Memory, ...]:
+        facts = tuple(reversed(await super().recall(scope, end_user_id)))
+        limit = validate_limit(limit)
+        return facts if limit is None else facts[:limit]
+
+
+class LimitTakesNewest(Correct):
+    """Rule 3: limit=n selects the n newest facts instead of the n oldest."""
+
+    __slots__ = ()
+
+    async def recall(
+        self, scope: Scope, end_user_id: str, *, limit: int | None = None
+    ) -> tuple[Memory, ...]:
+        facts = await super().recall(scope, end_user_id)
+        limit = validate_limit(limit)
+        if limit is None:
+            return facts
+        return facts[len(facts) - limit :] if limit else ()
+
+
+class OrdersByTimestamp(Correct):
+    """Rule 3: orders by a one-second timestamp, then by id, as a naive SQL table would."""
+
+    __slots__ = ()
+
+    async def remember(self, scope: Scope, end_user_id: str, content: str) -> Memory:
+        fact = await super().remember(scope, end_user_id, content)
+        coarse = Memory(fact.id, fact.key, fact.content, fact.created_at.replace(microsecond=0))
+        with self._lock:
+            self._facts[fact.key][fact.id] = coarse
+        return coarse
+
+    async def recall(
+        self, scope: Scope, end_user_id: str, *, limit: int | None = None
+    ) -> tuple[Memory, ...]:
+        facts = sorted(await super().recall(scope, end_user_id), key=lambda m: (m.created_at, m.id))
+        limit = validate_limit(limit)
+        return tuple(facts if limit is None else facts[:limit])
+
+
+class Deduplicating(Correct):
+    """Rule 1: remembering content already stored returns the stored fact."""
+
+    __slots__ = ()
+
+    async def remember(self, scope: Scope, end_user_id: str, content: str) -> Memory:
+        for fact in await self.recall(scope, end_user_id):
+            if fact.content == validate_content(content):
+                return fact
+        return await super().remember(scope, end_user_id, content)
+
+
+class StripsContent(Correct):
+    """Rule 1: content is trimmed before it is stored."""
+
+    __slots__ = ()
+
+    async def remember(self, scope: Scope, end_user_id: str, content: str) -> Memory:
+        return await super().remember(scope, end_user_id, validate_content(content).strip())
+
+
+class ForgetIgnoresKey(Correct):
+    """Rule 2: forget deletes a fact by id alone, whoever it belongs to."""
+
+    __slots__ = ()
+
+    async def forget(self, scope: Scope, end_user_id: str, memory_id: str) -> bool:
+        memory_key(scope, end_user_id)
+        memory_id = validate_memory_id(memory_id)
+        with self._lock:
+            for facts in self._facts.values():
+                if facts.pop(memory_id, None) is not None:
+                    return True
+        return False
+
+
+class ForgetRaisesOnMissing(Correct):
+    """Rule 2: forget of an id that is not there raises instead of answering False."""
+
+    __slots__ = ()
+
+    async def forget(self, scope: Scope, end_user_id: str, memory_id: str) -> bool:
+        if not await super().forget(scope, end_user_id, memory_id):
+            raise KeyError("no such memory")
+        return True
+
+
+class EraseLeavesOne(Correct):
+    """Rule 4: erase deletes every fact but the newest."""
+
+    __slots__ = ()
+
+    async def erase(self, scope: Scope, end_user_id: str) -> int:
+        facts = await self.recall(scope, end_user_id)
+        for fact in facts[:-1]:
+            await self.forget(scope, end_user_id, fact.id)
+        return max(len(facts) - 1, 0)
+
+
+class SoftDelete(Correct):
+    """Rules 2 and 4: forget only hides a fact, and erase still counts hidden ones."""
+
+    __slots__ = ("_hidden",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._hidden: set[str] = set()
+
+    async def forget(self, scope: Scope, end_user_id: str, memory_id: str) -> bool:
+        key = memory_key(scope, end_user_id)
+        memory_id = validate_memory_id(memory_id)
+        with self._lock:
+            if memory_id in self._hidden or memory_id not in self._facts.get(key, {}):
+                return False
+            self._hidden.add(memory_id)
+            return True
+
+    async def recall(
+        self, scope: Scope, end_user_id: str, *, limit: int | None = None
+    ) -> tuple[Memory, ...]:
+        visible = [m for m in await super().recall(scope, end_user_id) if m.id not in self._hidden]
+        limit = validate_limit(limit)
+        return tuple(visible if limit is None else visible[:limit])
+
+
+class DropsTheTenant(Correct):
+    """Rule 5: facts are filed under the end user alone, so tenants share them."""
+
+    __slots__ = ()
+
+    @staticmethod
+    def _shared(scope: Scope, end_user_id: str) -> tuple[str, str]:
+        return ("shared", memory_key(scope, end_user_id).end_user_id)
+
+    async def remember(self, scope: Scope, end_user_id: str, content: str) -> Memory:
+        fact = await super().remember(*self._shared(scope, end_user_id), content)
+        # The returned fact still shows the caller's key, which hides the bug.
+        return Memory(fact.id, memory_key(scope, end_user_id), fact.content, fact.created_at)
+
+    async def forget(self, scope: Scope, end_user_id: str, memory_id: str) -> bool:
+        return await super().forget(*self._shared(scope, end_user_id), memory_id)
+
+    async def recall(
+        self, scope: Scope, end_user_id: str, *, limit: int | None = None
+    ) -> tuple[Memory, ...]:
+        key = memory_key(scope, end_user_id)
+        facts = await super().recall(*self._shared(scope, end_user_id), limit=limit)
+        return tuple(Memory(m.id, key, m.content, m.created_at) for m in facts)
+
+    async def erase(self, scope: Scope, end_user_id: str) -> int:
+        return await super().erase(*self._shared(scope, end_user_id))
+
+    def stored_rows(self, key: MemoryKey) -> int:
+        return len(self._facts.get(MemoryKey("shared", key.end_user_id), {}))
+
+
+class ValidatesAfterStoring(Correct):
+    """Rule 6: the fact is written first and its content validated afterwards."""
+
+    __slots__ = ()
+
+    async def remember(self, scope: Scope, end_user_id: str, content: str) -> Memory:
+        key = memory_key(scope, end_user_id)
+        fact = Memory(uuid4().hex, key, content, datetime.now(UTC))
+        with self._lock:
+            self._facts.setdefault(key, {})[fact.id] = fact
+        validate_content(content)
+        return fact
+
+
+class LosesConcurrentWrites(Correct):
+    """Rule 1: remember copies the key's facts, yields, then writes the copy back."""
+
+    __slots__ = ()
+
+    async def remember(self, scope: Scope, end_user_id: str, content: str) -> Memory:
+        key = memory_key(scope, end_user_id)
+        content = validate_content(content)
+        facts = dict(self._facts.get(key, {}))
+        # A round trip to a database would yield here too; a concurrent
+        # remember lands in between and is overwritten below.
+        await anyio.lowlevel.checkpoint()
+        fact = Memory(uuid4().hex, key, content, datetime.now(UTC))
+        facts[fact.id] = fact
+        self._facts[key] = facts
+        return fact
+
+
+class _KitAgainst(MemoryStoreContract):
+    """The kit against one adapter class, with a small Hypothesis budget."""
+
+    adapter: ClassVar[type[Correct]] = Correct
+    max_examples = 15
+    max_steps = 15
+
+    @asynccontextmanager
+    async def open_store(self) -> AsyncIterator[MemoryStore]:
+        yield self.adapter()
+
+    async def count_stored(self, store: MemoryStore, key: MemoryKey) -> int:
+        assert isinstance(store, Correct)
+        return store.stored_rows(key)
+
+
+class TestCorrect(_KitAgainst):
+    adapter = Correct
+
+
+class TestWronglyExpectedToFail(_KitAgainst):
+    """A correct adapter with a check marked as expected to fail: that check must fail."""
+
+    adapter = Correct
+    expected_failures: ClassVar[Mapping[str, str]] = {
+        "test_rule4_erase_of_an_empty_key_is_zero": "believed broken, but it is not",
+    }
+
+
+class TestNewestFirst(_KitAgainst):
+    adapter = NewestFirst
+
+
+class TestLimitTakesNewest(_KitAgainst):
+    adapter = LimitTakesNewest
+
+
+class TestOrdersByTimestamp(_KitAgainst):
+    adapter = OrdersByTimestamp
+
+
+class TestDeduplicating(_KitAgainst):
+    adapter = Deduplicating
+
+
+class TestStripsContent(_KitAgainst):
+    adapter = StripsContent
+
+
+class TestForgetIgnoresKey(_KitAgainst):
+    adapter = ForgetIgnoresKey
+
+
+class TestForgetRaisesOnMissing(_KitAgainst):
+    adapter = ForgetRaisesOnMissing
+
+
+class TestEraseLeavesOne(_KitAgainst):
+    adapter = EraseLeavesOne
+
+
+class TestSoftDelete(_KitAgainst):
+    adapter = SoftDelete
+
+
+class TestDropsTheTenant(_KitAgainst):
+    adapter = DropsTheTenant
+
+
+class TestValidatesAfterStoring(_KitAgainst):
+    adapter = ValidatesAfterStoring
+
+
+class TestLosesConcurrentWrites(_KitAgainst):
+    adapter = LosesConcurrentWrites

@@ -1,0 +1,150 @@
+"""The kit fails every deliberately broken adapter, naming the broken rule.
+
+``suite_broken_adapters.py`` runs the kit against the in-process adapter and
+against one variant per defect. It runs here in its own pytest process, as a
+backend author would run it, and the JUnit report of that run is read back:
+the correct adapter must pass every check on both event loops, and each
+broken one must fail a check of its rule with a message that quotes the rule.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from psych_runtime.memory.conformance import RULES
+
+SUITE = Path(__file__).with_name("suite_broken_adapters.py")
+ROOT = Path(__file__).resolve().parents[2]
+
+# Each broken adapter, and the rules the kit must report it breaking.
+EXPECTED = {
+    "TestNewestFirst": {3},
+    "TestLimitTakesNewest": {3},
+    "TestOrdersByTimestamp": {3},
+    "TestDeduplicating": {1},
+    "TestStripsContent": {1},
+    "TestForgetIgnoresKey": {2},
+    "TestForgetRaisesOnMissing": {2},
+    "TestEraseLeavesOne": {4},
+    "TestSoftDelete": {2, 4},
+    "TestDropsTheTenant": {5},
+    "TestValidatesAfterStoring": {6},
+    "TestLosesConcurrentWrites": {1},
+}
+
+
+@dataclass
+class Outcome:
+    """What the kit reported for one adapter class."""
+
+    passed: set[str] = field(default_factory=set)
+    # Check name (with its event loop) -> the failure's message and text.
+    failed: dict[str, str] = field(default_factory=dict)
+    other: set[str] = field(default_factory=set)
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Outcome]:
+    workdir = tmp_path_factory.mktemp("kit-run")
+    report = workdir / "report.xml"
+    # Run from a scratch directory so Hypothesis's example database of the
+    # broken adapters stays out of the repository; the configuration is the
+    # repository's own (warnings are errors, strict markers, importlib).
+    completed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            str(SUITE),
+            "-c",
+            str(ROOT / "pyproject.toml"),
+            "--rootdir",
+            str(ROOT),
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "--tb=short",
+            f"--junitxml={report}",
+        ],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    # 1: some checks failed, which is what the broken adapters are for.
+    assert completed.returncode == 1, completed.stdout[-4000:] + completed.stderr[-4000:]
+    results: dict[str, Outcome] = defaultdict(Outcome)
+    # The report was just written by our own pytest run, not received from anyone.
+    for case in ET.parse(report).getroot().iter("testcase"):  # noqa: S314
+        outcome = results[case.attrib["classname"].rsplit(".", 1)[-1]]
+        name = case.attrib["name"]
+        failure = case.find("failure")
+        if failure is not None:
+            outcome.failed[name] = f"{failure.attrib.get('message', '')}\n{failure.text or ''}"
+        elif len(case) and any(child.tag in {"error", "skipped"} for child in case):
+            outcome.other.add(name)
+        else:
+            outcome.passed.add(name)
+    return dict(results)
+
+
+def test_the_correct_adapter_passes_every_check_on_both_loops(
+    outcomes: dict[str, Outcome],
+) -> None:
+    correct = outcomes["TestCorrect"]
+    assert not correct.failed, sorted(correct.failed)
+    assert not correct.other, sorted(correct.other)
+    checks = {name.rsplit("[", 1)[0] for name in correct.passed}
+    assert len(checks) >= 30
+    assert correct.passed == {
+        f"{check}[{loop}]" for check in checks for loop in ("asyncio", "trio")
+    }
+
+
+def test_an_expected_failure_that_passes_fails_the_run(outcomes: dict[str, Outcome]) -> None:
+    # Strict: once the backend is fixed, the stale entry cannot linger.
+    outcome = outcomes["TestWronglyExpectedToFail"]
+    check = "test_rule4_erase_of_an_empty_key_is_zero"
+    assert set(outcome.failed) == {f"{check}[asyncio]", f"{check}[trio]"}
+    assert all("XPASS(strict)" in text for text in outcome.failed.values())
+    assert outcome.passed == outcomes["TestCorrect"].passed - set(outcome.failed)
+
+
+def test_every_broken_adapter_runs_every_check(outcomes: dict[str, Outcome]) -> None:
+    everything = outcomes["TestCorrect"].passed
+    for adapter in EXPECTED:
+        outcome = outcomes[adapter]
+        assert outcome.passed | set(outcome.failed) == everything, adapter
+        assert not outcome.other, (adapter, sorted(outcome.other))
+
+
+@pytest.mark.parametrize("adapter", sorted(EXPECTED))
+def test_the_kit_fails_a_broken_adapter_naming_its_rule(
+    outcomes: dict[str, Outcome], adapter: str
+) -> None:
+    failed = outcomes[adapter].failed
+    assert failed, f"the kit passed {adapter}"
+    for rule in EXPECTED[adapter]:
+        quoted = f"rule {rule}: {RULES[rule]}"
+        naming = [name for name, text in failed.items() if quoted in text]
+        assert naming, f"no failure of {adapter} quotes rule {rule}"
+        # A check of that very rule fails, on both event loops.
+        own = {name for name in naming if name.startswith(f"test_rule{rule}_")}
+        loops = {name.rsplit("[", 1)[-1].rstrip("]") for name in own}
+        assert loops == {"asyncio", "trio"}, (adapter, rule, sorted(naming))
+
+
+def test_failure_messages_name_a_rule(outcomes: dict[str, Outcome]) -> None:
+    # Whatever a broken adapter trips over, the report says which rule.
+    for adapter in EXPECTED:
+        for name, text in outcomes[adapter].failed.items():
+            assert re.search(r"rule [1-6]: ", text), (adapter, name, text[:2000])
