@@ -1,4 +1,8 @@
-"""`hatch run demo`: the offline agent session runs and shows what it promises."""
+"""`hatch run demo`: the offline agent session runs and shows what it promises.
+
+Each test runs the demo in its own working directory, where the demo keeps
+its SQLite file, exactly as a newcomer's `hatch run demo` does at the root.
+"""
 
 from __future__ import annotations
 
@@ -13,10 +17,10 @@ DEMO = REPOSITORY / "docs" / "examples" / "demo.py"
 ID = r"[^\"\s]+"  # whatever the store chose
 
 
-def run_demo() -> str:
+def run_demo(workdir: Path, *args: str) -> str:
     completed = subprocess.run(
-        [sys.executable, str(DEMO)],
-        cwd=REPOSITORY,
+        [sys.executable, str(DEMO), *args],
+        cwd=workdir,
         capture_output=True,
         text=True,
         timeout=120,
@@ -27,13 +31,15 @@ def run_demo() -> str:
     return completed.stdout
 
 
-def test_the_demo_tells_the_whole_story_in_order() -> None:
-    out = run_demo()
+def test_the_demo_tells_the_whole_story_in_order(tmp_path: Path) -> None:
+    out = run_demo(tmp_path)
     first, rest = out.split("=== Conversation 1 ", 1)
     conversation_1, rest = rest.split("=== Conversation 2", 1)
-    second, erasing = rest.split("=== The operator erases", 1)
+    second, after = rest.split("=== After the session", 1)
 
-    # The tools the model is given, and the application's fixed fact.
+    # The store, the tools the model is given, and the application's fixed fact.
+    assert f"SqliteMemory, file {tmp_path.resolve() / 'psych-memory-demo.sqlite3'}" in first
+    assert "Facts stored for 'user-42' by earlier runs: 0" in first
     assert "remember(content)" in first
     assert "forget(memory_id)" in first
     assert "prefers metric units" in first
@@ -61,10 +67,44 @@ def test_the_demo_tells_the_whole_story_in_order() -> None:
     )
     assert "I have no warehouse preference on file for you." in second
 
-    # The operator's erase: what was erased, and nothing else.
+    # What is left for the next run: the invoice preference only.
+    assert "Stored for 'user-42': 1 fact(s)" in after
+    assert re.search(rf'id {ID}: "wants invoices in EUR"', after)
+    assert berlin_id not in after
+    assert "hatch run demo --erase" in after
+
+
+def test_the_next_run_recalls_what_the_last_one_remembered(tmp_path: Path) -> None:
+    run_demo(tmp_path)
+    kept = re.search(rf'id ({ID}): "wants invoices in EUR"', run_demo(tmp_path))
+    assert kept is not None
+    second_run = run_demo(tmp_path)
+    first_prompt = second_run.split(" user | ", 1)[0]
+
+    assert "Facts stored for 'user-42' by earlier runs: 1" in second_run
+    entry = json.dumps({"id": kept.group(1), "fact": "wants invoices in EUR"})
+    assert f"    > {entry}\n" in first_prompt
+    # Told again, the model does not store the known fact a second time.
+    assert "I already have that on file from an earlier conversation." in second_run
+    assert second_run.count('calls remember {"content": "wants invoices in EUR"}') == 0
+
+
+def test_erase_when_asked_deletes_the_end_user_and_nobody_else(tmp_path: Path) -> None:
+    run_demo(tmp_path)
+    erasing = run_demo(tmp_path, "--erase")
+
+    assert "=== The operator erases end user 'user-42'" in erasing
+    assert "Conversation" not in erasing
     assert re.search(rf'id {ID}: "wants invoices in EUR"', erasing)
     assert "deleted 1 fact(s)." in erasing
     assert "Stored for 'user-42' now: 0 fact(s)" in erasing
     assert "Stored for 'user-7' (another end user, untouched): 1 fact(s)" in erasing
     assert erasing.rstrip().endswith('> {"fact": "prefers metric units"}')
-    assert berlin_id not in erasing
+    assert "Facts stored for 'user-42' by earlier runs: 0" in run_demo(tmp_path)
+
+
+def test_the_in_process_store_keeps_nothing_on_disk(tmp_path: Path) -> None:
+    out = run_demo(tmp_path, "--store", "memory")
+    assert "InProcessMemory, this process only" in out
+    assert "=== After the session" in out
+    assert list(tmp_path.iterdir()) == []

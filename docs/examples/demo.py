@@ -8,21 +8,32 @@ does, is printed.
 
 The story: an end user states preferences and the model remembers them; in a
 new conversation the model finds them, with their ids, in its prompt; the
-user asks to drop one and the model forgets it by that id; finally the
-operator erases everything stored about the end user.
+user asks to drop one and the model forgets it by that id.
+
+Facts are kept in a SQLite file in the working directory, so what one run
+remembers, the next run recalls. When asked (``hatch run demo --erase``), the
+operator erases everything stored about the end user, as a customer's
+deletion request requires. ``--store memory`` keeps the facts in this process
+only.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import textwrap
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
 from typing import Any
 
 import anyio
 
 from psych_runtime.memory.inproc import InProcessMemory
 from psych_runtime.memory.port import MemoryStore
+from psych_runtime.memory.sqlite import SqliteMemory
 from psych_runtime.tools.builtins import MemoryTools, ToolResult, memory_tools
 
 TENANT = "acme-logistics"
@@ -34,11 +45,19 @@ FIXED = ("prefers metric units",)
 INSTRUCTIONS = "You are the assistant of Acme Logistics. Answer briefly."
 MAX_STEPS = 4
 WIDTH = 100
+# Relative paths are taken from the working directory: the demo keeps its
+# facts where it is run.
+DATABASE = Path("psych-memory-demo.sqlite3").resolve()
 
 
-def make_store() -> MemoryStore:
-    """Build the store the demo runs on: facts in this process only."""
-    return InProcessMemory()
+@asynccontextmanager
+async def open_store(kind: str) -> AsyncIterator[MemoryStore]:
+    """Open the store the demo runs on: a SQLite file, or this process only."""
+    if kind == "memory":
+        yield InProcessMemory()
+        return
+    async with SqliteMemory(DATABASE) as memory:
+        yield memory
 
 
 # The conversation, as the model sees it.
@@ -77,17 +96,17 @@ class ScriptedModel:
             return self._after_tool(json.loads(last.text))
         said = last.text.lower()
         return (
-            self._worth_remembering(said)
+            self._worth_remembering(said, system)
             or self._about_memory(said, system)
             or Turn("model", "Happy to help. Anything about your orders?")
         )
 
-    def _worth_remembering(self, said: str) -> Turn | None:
-        # Lasting preferences are remembered; small talk is not.
+    def _worth_remembering(self, said: str, system: str) -> Turn | None:
+        # Lasting preferences are remembered, once; small talk is not.
         if "berlin" in said and "prefer" in said:
-            return _calls("remember", content="prefers the Berlin warehouse")
+            return _remember_new("prefers the Berlin warehouse", system)
         if "invoice" in said:
-            return _calls("remember", content="wants invoices in EUR")
+            return _remember_new("wants invoices in EUR", system)
         if "colleague" in said:
             # A model may try to write about someone else; the tool refuses.
             return _calls("remember", content="prefers Hamburg", end_user_id=OTHER_USER)
@@ -113,6 +132,14 @@ class ScriptedModel:
         if result.get("forgotten"):
             return Turn("model", "Done: I no longer hold that preference.")
         return Turn("model", "I could not find that note any more.")
+
+
+def _remember_new(content: str, system: str) -> Turn:
+    # The store never deduplicates: not writing a known fact twice is the
+    # caller's judgement, here the model's.
+    if _find(system, content) is not None:
+        return Turn("model", "I already have that on file from an earlier conversation.")
+    return _calls("remember", content=content)
 
 
 def _calls(name: str, **arguments: Any) -> Turn:
@@ -200,18 +227,14 @@ def show_block(text: str) -> None:
     print()
 
 
-async def main() -> None:
-    """Play the whole session."""
-    store = make_store()
-    # A durable store keeps facts between runs: start from a clean slate.
-    for end_user in (END_USER, OTHER_USER):
-        await store.erase(TENANT, end_user)
-    await store.remember(TENANT, OTHER_USER, "prefers the Hamburg warehouse")
+async def converse(store: MemoryStore) -> None:
+    """Play the conversations of one run against whatever the store holds."""
+    if not await store.recall(TENANT, OTHER_USER):
+        await store.remember(TENANT, OTHER_USER, "prefers the Hamburg warehouse")
     tools = memory_tools(store, scope=TENANT, end_user_id=END_USER)
     session = Session(tools)
-
-    print("Psych memory demo: an agent session with memory, offline, with a scripted model.")
-    print(f"Tenant {TENANT!r}, end user {END_USER!r}, store {type(store).__name__}.")
+    earlier = await store.recall(TENANT, END_USER)
+    print(f"Facts stored for {END_USER!r} by earlier runs: {len(earlier)}")
     print(f"Fixed facts from the application (the runtime's memories=): {list(FIXED)}")
     print("The model is given two tools:")
     for spec in tools.specs:
@@ -231,6 +254,15 @@ async def main() -> None:
     await session.turn(second, "Actually, please forget my warehouse preference.")
     await session.turn(second, "Which warehouse do my orders ship from now?")
 
+    kept = await store.recall(TENANT, END_USER)
+    heading("After the session")
+    print(f"Stored for {END_USER!r}: {len(kept)} fact(s)")
+    for memory in kept:
+        print(f"    id {memory.id}: {json.dumps(memory.content)}")
+
+
+async def erase(store: MemoryStore) -> None:
+    """The operator's step: erase everything stored about the end user."""
     heading(f"The operator erases end user {END_USER!r}")
     remaining = await store.recall(TENANT, END_USER)
     print(f"Stored for {END_USER!r} before erasing: {len(remaining)} fact(s)")
@@ -241,9 +273,48 @@ async def main() -> None:
     print(f"Stored for {END_USER!r} now: {len(await store.recall(TENANT, END_USER))} fact(s)")
     others = await store.recall(TENANT, OTHER_USER)
     print(f"Stored for {OTHER_USER!r} (another end user, untouched): {len(others)} fact(s)")
+    tools = memory_tools(store, scope=TENANT, end_user_id=END_USER)
     print("A new conversation now shows the model only the application's fixed facts:")
     show_block(await tools.prompt(FIXED))
 
 
+async def run(kind: str, *, erase_end_user: bool) -> None:
+    """Hold the session, or take the operator's erase step when asked."""
+    print("Psych memory demo: an agent session with memory, offline, with a scripted model.")
+    async with open_store(kind) as store:
+        where = (
+            f"SqliteMemory, file {DATABASE}"
+            if kind == "sqlite"
+            else "InProcessMemory, this process only"
+        )
+        print(f"Tenant {TENANT!r}, end user {END_USER!r}, store: {where}.")
+        if erase_end_user:
+            await erase(store)
+            return
+        await converse(store)
+    if kind == "sqlite":
+        print()
+        print("Run `hatch run demo` again: the next session starts from these facts.")
+        print(f"Run `hatch run demo --erase` to erase {END_USER!r} completely.")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Parse the command line and run the demo."""
+    parser = argparse.ArgumentParser(description="Psych memory demo: an offline agent session.")
+    parser.add_argument(
+        "--erase",
+        action="store_true",
+        help=f"erase everything stored about {END_USER} instead of holding a session",
+    )
+    parser.add_argument(
+        "--store",
+        choices=("sqlite", "memory"),
+        default="sqlite",
+        help=f"sqlite (default): facts kept in ./{DATABASE.name}; memory: this process only",
+    )
+    options = parser.parse_args(argv)
+    anyio.run(partial(run, options.store, erase_end_user=options.erase))
+
+
 if __name__ == "__main__":
-    anyio.run(main)
+    main()
