@@ -9,6 +9,7 @@ defect tends to appear in a real backend.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
@@ -76,16 +77,26 @@ class LimitTakesNewest(Correct):
 
 
 class OrdersByTimestamp(Correct):
-    """Rule 3: orders by a one-second timestamp, then by id, as a naive SQL table would."""
+    """Rule 3: orders by timestamp, then by id as text, as a naive SQL query would.
 
-    __slots__ = ()
+    Every fact gets the same timestamp, as with a database's transaction time,
+    and ids count up ("1", "2", ...), so "10" sorts before "9". Deterministic,
+    so a property check that finds it finds it again.
+    """
+
+    __slots__ = ("_ids", "_now")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._ids = itertools.count(1)
+        self._now = datetime.now(UTC)
 
     async def remember(self, scope: Scope, end_user_id: str, content: str) -> Memory:
-        fact = await super().remember(scope, end_user_id, content)
-        coarse = Memory(fact.id, fact.key, fact.content, fact.created_at.replace(microsecond=0))
+        key = memory_key(scope, end_user_id)
+        fact = Memory(str(next(self._ids)), key, validate_content(content), self._now)
         with self._lock:
-            self._facts[fact.key][fact.id] = coarse
-        return coarse
+            self._facts.setdefault(key, {})[fact.id] = fact
+        return fact
 
     async def recall(
         self, scope: Scope, end_user_id: str, *, limit: int | None = None

@@ -267,7 +267,10 @@ def main() -> None:
             print(f"### {mode.name}\n")
             print(table(header, lines) + "\n")
         lines = anyio.run(scaling, schema, sizes, min(count, 1000))
-        print("### Per-user cost as the table grows (asyncio, one task, µs per call)\n")
+        print(
+            "### Per-user cost as the table grows"
+            " (asyncio, the pool of `connect`, one task, µs per call)\n"
+        )
         print(table(["rows in the table", *OPERATIONS], lines))
     finally:
         admin(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))

@@ -22,9 +22,7 @@ from psych_runtime.memory.conformance import MemoryStoreContract
 from psych_runtime.memory.port import MemoryKey, MemoryStore
 from psych_runtime.memory.postgres import PostgresMemory
 
-DSN = os.environ.get(
-    "PSYCH_MEMORY_TEST_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test"
-)
+DSN = os.environ.get("PSYCH_MEMORY_TEST_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test")
 
 
 def _admin(statement: sql.Composed, params: tuple[object, ...] = ()) -> int:

@@ -17,6 +17,7 @@ import anyio.to_thread
 import psycopg
 import pytest
 from psycopg import sql
+from psycopg_pool import AsyncConnectionPool
 
 from psych_runtime.memory.postgres import PostgresMemory, StoreUnavailableError
 
@@ -30,27 +31,46 @@ pytestmark = pytest.mark.anyio
 _BOUND = 60
 
 
+# The store's own pool (threads, on both backends) and an application's
+# asynchronous pool (asyncio only): each has its own code path to test.
+_POOLS = pytest.mark.parametrize(
+    ("anyio_backend", "pool_kind"),
+    [("asyncio", "threads"), ("trio", "threads"), ("asyncio", "async")],
+)
+
+
 @asynccontextmanager
 async def _labelled_store(
-    backdoor: Backdoor, *, max_size: int = 4
+    backdoor: Backdoor, pool_kind: str, *, max_size: int = 4
 ) -> AsyncIterator[tuple[PostgresMemory, str]]:
     name = f"psych-fault-{uuid4().hex[:16]}"
-    async with PostgresMemory.connect(
-        backdoor.labelled(name),
-        schema=backdoor.schema,
-        min_size=2,
-        max_size=max_size,
-        pool_timeout=20,
-    ) as store:
-        await store.setup()
-        yield store, name
+    dsn = backdoor.labelled(name)
+    if pool_kind == "threads":
+        async with PostgresMemory.connect(
+            dsn, schema=backdoor.schema, min_size=2, max_size=max_size, pool_timeout=20
+        ) as store:
+            await store.setup()
+            yield store, name
+    else:
+        async with AsyncConnectionPool(
+            dsn,
+            min_size=2,
+            max_size=max_size,
+            timeout=20,
+            kwargs={"autocommit": True},
+            open=False,
+        ) as pool:
+            store = PostgresMemory(pool, schema=backdoor.schema)
+            await store.setup()
+            yield store, name
 
 
+@_POOLS
 async def test_next_call_succeeds_after_idle_connections_were_terminated(
-    backdoor: Backdoor,
+    backdoor: Backdoor, pool_kind: str
 ) -> None:
     with anyio.fail_after(_BOUND):
-        async with _labelled_store(backdoor) as (store, name):
+        async with _labelled_store(backdoor, pool_kind) as (store, name):
             fact = await store.remember("acme", "u1", "before the restart")
             assert await backdoor.terminate(name) >= 1
             # Every connection the pool holds is dead now; none of these
@@ -97,12 +117,13 @@ async def _wait_until_blocked(backdoor: Backdoor, name: str) -> None:
         await anyio.sleep(0.01)
 
 
+@_POOLS
 @pytest.mark.parametrize("operation", ["remember", "forget", "recall", "erase"])
 async def test_a_call_in_flight_fails_clearly_and_leaves_nothing_half_done(
-    backdoor: Backdoor, operation: str
+    backdoor: Backdoor, pool_kind: str, operation: str
 ) -> None:
     with anyio.fail_after(_BOUND):
-        async with _labelled_store(backdoor) as (store, name):
+        async with _labelled_store(backdoor, pool_kind) as (store, name):
             facts = [await store.remember("acme", "u1", f"fact {n}") for n in range(3)]
             calls: dict[str, Callable[[], Awaitable[object]]] = {
                 "remember": lambda: store.remember("acme", "u1", "never half-written"),
@@ -183,7 +204,10 @@ class _Worker:
         assert not ids & self.forgotten
 
 
-async def test_terminations_during_concurrent_operations(backdoor: Backdoor) -> None:
+@_POOLS
+async def test_terminations_during_concurrent_operations(
+    backdoor: Backdoor, pool_kind: str
+) -> None:
     workers, rounds, per_worker = 8, 5, 40
     thresholds = [anyio.Event() for _ in range(rounds)]
     every = workers * per_worker // (rounds + 1)
@@ -205,7 +229,7 @@ async def test_terminations_during_concurrent_operations(backdoor: Backdoor) -> 
             killed.append(await backdoor.terminate(name))
 
     with anyio.fail_after(_BOUND):
-        async with _labelled_store(backdoor, max_size=8) as (store, name):
+        async with _labelled_store(backdoor, pool_kind, max_size=8) as (store, name):
             team = [_Worker(store, number) for number in range(workers)]
             async with anyio.create_task_group() as tasks:
                 tasks.start_soon(terminator, name)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 from importlib.metadata import version
 
 import psych_runtime
@@ -35,3 +36,12 @@ def test_version_and_defaults() -> None:
     assert version("psych-memory-postgres") == postgres.__version__ == "0.1.0"
     assert postgres.SCHEMA_VERSION == 1
     assert postgres.DEFAULT_SCHEMA == "psych_memory"
+
+
+def test_store_unavailable_error_pickles_and_says_what_failed() -> None:
+    error = postgres.StoreUnavailableError("erase", "the connection broke (AdminShutdown)")
+    again = pickle.loads(pickle.dumps(error))  # noqa: S301 - our own bytes
+    assert (again.operation, again.reason) == ("erase", "the connection broke (AdminShutdown)")
+    assert str(again) == str(error)
+    assert str(error).startswith("erase did not complete: the connection broke")
+    assert isinstance(again, postgres.PostgresMemoryError)

@@ -22,6 +22,9 @@ if TYPE_CHECKING:
 
 pytestmark = pytest.mark.anyio
 
+# For pools that are never opened: nothing may ever connect to it.
+_NOWHERE = "postgresql://nobody@127.0.0.1:1/never"
+
 # Everything the port accepts as content: no control characters but newline
 # and tab, no lone surrogates, not blank.
 _content = st.text(
@@ -153,10 +156,10 @@ async def test_longest_content_round_trips(store: PostgresMemory) -> None:
     assert (await store.recall("acme", "u1"))[0].content == content == fact.content
 
 
-async def test_invalid_input_is_refused_before_the_server_is_asked(postgres_dsn: str) -> None:
+async def test_invalid_input_is_refused_before_the_server_is_asked() -> None:
     # The pool is never opened: any call that reached it would fail with a
     # pool error, so these errors can only come from validation beforehand.
-    pool = ConnectionPool(postgres_dsn, open=False)
+    pool = ConnectionPool(_NOWHERE, open=False)
     store = PostgresMemory(pool, schema="never_used")
     with pytest.raises(InvalidContentError):
         await store.remember("acme", "u1", " ")
@@ -201,8 +204,8 @@ async def test_app_owned_async_pool_works_on_asyncio(
 
 
 @pytest.mark.parametrize("anyio_backend", ["trio"])
-async def test_async_pool_is_refused_on_trio(postgres_dsn: str) -> None:
-    pool = AsyncConnectionPool(postgres_dsn, open=False)
+async def test_async_pool_is_refused_on_trio() -> None:
+    pool = AsyncConnectionPool(_NOWHERE, open=False)
     store = PostgresMemory(pool, schema="never_used")
     with pytest.raises(RuntimeError, match="only on asyncio"):
         await store.recall("acme", "u1")
@@ -281,13 +284,13 @@ def test_constructor_refuses_what_is_not_a_pool() -> None:
         ("pg_memory", ValueError, "reserved"),
     ],
 )
-def test_schema_names_are_checked(postgres_dsn: str, schema: Any, error: type, rule: str) -> None:
-    pool = ConnectionPool(postgres_dsn, open=False)
+def test_schema_names_are_checked(schema: Any, error: type, rule: str) -> None:
+    pool = ConnectionPool(_NOWHERE, open=False)
     with pytest.raises(error, match=rule):
         PostgresMemory(pool, schema=schema)
 
 
-def test_repr_names_the_schema_and_never_the_address(postgres_dsn: str) -> None:
+def test_repr_names_the_schema_and_never_the_address() -> None:
     pool = ConnectionPool("postgresql://app:secret@db.internal/app", open=False)
     text = repr(PostgresMemory(pool, schema='Odd "Name"'))
     assert text == "PostgresMemory(schema='Odd \"Name\"')"

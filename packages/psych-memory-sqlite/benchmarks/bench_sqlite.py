@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import os
 import random
 import sqlite3
 import statistics
@@ -33,7 +34,6 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator
 from contextlib import closing, contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from uuid import uuid4
 
 import anyio
 import anyio.to_thread
@@ -47,8 +47,8 @@ MICROSECOND = timedelta(microseconds=1)
 # The adapter's statements, spelled out again for the plain connection.
 INSERT = (
     "INSERT INTO psych_memory_fact (tenant, end_user_id, seq, id, content, created_at) "
-    "SELECT ?1, ?2, coalesce(max(seq), 0) + 1, ?3, ?4, ?5 FROM psych_memory_fact "
-    "WHERE tenant = ?1 AND end_user_id = ?2"
+    "SELECT ?, ?, coalesce(max(seq), 0) + 1, ?, ?, ? FROM psych_memory_fact "
+    "WHERE tenant = ? AND end_user_id = ?"
 )
 SELECT = (
     "SELECT id, content, created_at FROM psych_memory_fact "
@@ -111,7 +111,17 @@ def fill(path: Path, durability: Durability, first_user: int, users: int, seed: 
         rows = []
         for _ in range(FACTS_PER_USER):
             for index in range(first_user, first_user + users):
-                rows.append(("acme", user(index), uuid4().hex, content(rng), now_micros()))
+                end_user = user(index)
+                row = (
+                    "acme",
+                    end_user,
+                    os.urandom(16).hex(),
+                    content(rng),
+                    now_micros(),
+                    "acme",
+                    end_user,
+                )
+                rows.append(row)
                 if len(rows) == 50_000:
                     with conn:
                         conn.execute("BEGIN")
@@ -153,7 +163,9 @@ class Workload:
 
 
 def plain_remember(conn: sqlite3.Connection, end_user: str, text: str) -> None:
-    conn.execute(INSERT, ("acme", end_user, uuid4().hex, text, now_micros()))
+    conn.execute(
+        INSERT, ("acme", end_user, os.urandom(16).hex(), text, now_micros(), "acme", end_user)
+    )
 
 
 def plain_recall(conn: sqlite3.Connection, end_user: str) -> object:

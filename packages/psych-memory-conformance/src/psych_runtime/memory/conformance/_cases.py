@@ -18,6 +18,43 @@ from psych_runtime.memory.port import (
     MemoryKey,
 )
 
+__all__ = [
+    "BAD_CONTENTS",
+    "BAD_KEY_PARTS",
+    "BAD_LIMITS",
+    "BAD_MEMORY_IDS",
+    "BARRIER_TIMEOUT",
+    "CASE",
+    "CONTENTS",
+    "CONTENT_ALPHABET",
+    "EXACT_CONTENTS",
+    "FACTS_PER_TASK",
+    "FACTS_PER_THREAD",
+    "ISOLATION_KEYS",
+    "JOINED_LEFT",
+    "JOINED_RIGHT",
+    "KEY_ALPHABET",
+    "KEY_PARTS",
+    "MAIN",
+    "MARKER",
+    "NEAR_MISS_KEYS",
+    "NORMALISED_NFC",
+    "NORMALISED_NFD",
+    "SAME_END_USER",
+    "SAME_TENANT",
+    "SWAPPED",
+    "TASKS",
+    "THREADS",
+    "UNKNOWN_IDS",
+    "BadScope",
+    "NoTenant",
+    "Pair",
+    "ScopeObject",
+    "ids_of",
+    "key_of",
+    "positions",
+]
+
 Pair: TypeAlias = tuple[str, str]
 """A key as the two call-site arguments: ``(scope, end_user_id)``."""
 
@@ -47,6 +84,8 @@ class NoTenant:
 
 @dataclass(frozen=True)
 class BadScope:
+    """A scope object whose ``tenant`` is not a valid tenant."""
+
     tenant: object
 
 

@@ -190,24 +190,27 @@ class MemoryStoreContract:
         what: str,
         call: Callable[[], Awaitable[object]],
         refusal: Refusal,
-        watched: Iterable[Pair],
+        baseline: Mapping[Pair, tuple[list[str], int]],
     ) -> None:
-        watched = tuple(watched)
-        before = [await self._state(store, pair) for pair in watched]
         error: BaseException | None = None
         try:
             await call()
         except Exception as exc:  # noqa: BLE001 - which exception it is, is checked below.
             error = exc
         refusal.verify(what, error)
-        after = [await self._state(store, pair) for pair in watched]
-        for pair, old, new in zip(watched, before, after, strict=True):
+        for pair, before in baseline.items():
+            after = await self._state(store, pair)
             check(
-                old == new,
+                after == before,
                 6,
                 f"{what} raised but changed the facts of key {pair!r} "
-                f"(recall and stored count before {old!r}, after {new!r})",
+                f"(recall and stored count before {before!r}, after {after!r})",
             )
+
+    async def _snapshot(
+        self, store: MemoryStore, pairs: Iterable[Pair]
+    ) -> dict[Pair, tuple[list[str], int]]:
+        return {pair: await self._state(store, pair) for pair in pairs}
 
     async def _state(self, store: MemoryStore, pair: Pair) -> tuple[list[str], int]:
         return ids_of(await store.recall(*pair)), await self.count_stored(store, key_of(pair))
@@ -933,6 +936,7 @@ class MemoryStoreContract:
             for pair in watched:
                 await store.remember(*pair, "already stored")
             known = (await store.recall(*MAIN))[0].id
+            baseline = await self._snapshot(store, watched)
             user = MAIN[1]
             scopes: list[tuple[str, object, Refusal]] = [
                 (f"scope {label}", value, Refusal(expected, "scope", value))
@@ -962,7 +966,7 @@ class MemoryStoreContract:
                         f"{method} with {label}",
                         partial(call, scope, user),
                         refusal,
-                        watched,
+                        baseline,
                     )
                 for label, value, expected in BAD_KEY_PARTS:
                     await self._refused(
@@ -970,46 +974,49 @@ class MemoryStoreContract:
                         f"{method} with end_user_id {label}",
                         partial(call, MAIN[0], value),
                         Refusal(expected, "end_user_id", value),
-                        watched,
+                        baseline,
                     )
 
     async def test_rule6_invalid_content_is_refused_and_stores_nothing(self) -> None:
         """Rule 6: bad content raises TypeError or InvalidContentError and stores nothing."""
         async with self._open() as store:
             await store.remember(*MAIN, "already stored")
+            baseline = await self._snapshot(store, (MAIN,))
             for label, value, expected in BAD_CONTENTS:
                 await self._refused(
                     store,
                     f"remember with content {label}",
                     partial(cast("Any", store).remember, *MAIN, value),
                     Refusal(expected, "content", value),
-                    (MAIN,),
+                    baseline,
                 )
 
     async def test_rule6_invalid_limit_is_refused(self) -> None:
         """Rule 6: a negative, bool or non-int limit raises InvalidLimitError or TypeError."""
         async with self._open() as store:
             await store.remember(*MAIN, "already stored")
+            baseline = await self._snapshot(store, (MAIN,))
             for label, value, expected in BAD_LIMITS:
                 await self._refused(
                     store,
                     f"recall with limit {label}",
                     partial(cast("Any", store).recall, *MAIN, limit=value),
                     Refusal(expected, "limit", value),
-                    (MAIN,),
+                    baseline,
                 )
 
     async def test_rule6_invalid_memory_id_is_refused_and_deletes_nothing(self) -> None:
         """Rule 6: a memory_id that is not a str raises TypeError and deletes nothing."""
         async with self._open() as store:
             await store.remember(*MAIN, "already stored")
+            baseline = await self._snapshot(store, (MAIN,))
             for label, value in BAD_MEMORY_IDS:
                 await self._refused(
                     store,
                     f"forget with memory_id {label}",
                     partial(cast("Any", store).forget, *MAIN, value),
                     Refusal(TypeError, "memory_id", value),
-                    (MAIN,),
+                    baseline,
                 )
             fact = (await store.recall(*MAIN))[0]
             await self._refused(
@@ -1017,7 +1024,7 @@ class MemoryStoreContract:
                 "forget with a stored fact's id as bytes",
                 partial(cast("Any", store).forget, *MAIN, fact.id.encode()),
                 Refusal(TypeError, "memory_id", None),
-                (MAIN,),
+                baseline,
             )
 
     async def test_rule6_values_at_the_limits_are_accepted(self) -> None:

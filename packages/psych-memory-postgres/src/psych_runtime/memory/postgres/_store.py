@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
-from datetime import UTC
+from datetime import UTC, datetime
 from functools import partial
 from typing import Any, Final, TypeAlias, TypeVar
 from uuid import UUID
 
 import anyio.to_thread
 import psycopg
+from psycopg import Connection
 from psycopg.pq import ConnStatus
 from psycopg.pq.abc import PGconn
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
@@ -70,11 +71,13 @@ class PostgresMemory(MemoryStore):
 
     How the statements run depends on the pool:
 
-    - A `psycopg_pool.AsyncConnectionPool` is used directly. psycopg's
-      asynchronous API runs only on asyncio, so on trio such a store raises
-      `RuntimeError`.
-    - A `psycopg_pool.ConnectionPool` is driven from worker threads
-      (`anyio.to_thread.run_sync`), which works on asyncio and on trio.
+    - A `psycopg_pool.ConnectionPool` (what `connect` opens) is driven from
+      worker threads (`anyio.to_thread.run_sync`): it works on asyncio and
+      on trio, and from any thread and event loop.
+    - A `psycopg_pool.AsyncConnectionPool` is used directly, with no thread
+      hop. psycopg's asynchronous API runs only on asyncio, so on trio such
+      a store raises `RuntimeError`; and like the pool, the store then
+      belongs to the event loop that opened the pool.
 
     Args:
         pool: The pool the statements run on. The store never opens or closes
@@ -117,9 +120,14 @@ class PostgresMemory(MemoryStore):
     ) -> AsyncIterator[PostgresMemory]:
         """Open a store with a pool of its own, and close the pool on exit.
 
-        On asyncio the pool is psycopg's asynchronous pool; on trio it is the
-        synchronous pool, driven from worker threads. Its connections are in
-        autocommit mode.
+        The pool is psycopg's synchronous pool, its connections in autocommit
+        mode with the session time zone set to UTC, driven from worker
+        threads. That one way serves asyncio and trio alike, and any number
+        of threads each running its own event loop. On asyncio the thread hop
+        costs some throughput beside psycopg's asynchronous pool (the
+        documentation has the figures); an asyncio application that wants it
+        back passes a `psycopg_pool.AsyncConnectionPool` to the constructor
+        instead.
 
         Args:
             conninfo: A libpq connection string or URI, such as
@@ -146,24 +154,17 @@ class PostgresMemory(MemoryStore):
             "timeout": pool_timeout,
             "open": False,
             "name": f"psych-memory:{schema}",
+            "configure": _session_in_utc,
         }
-        if _on_asyncio():
-            async_pool = AsyncConnectionPool(conninfo, **options)
-            try:
-                await _translate("connect", async_pool.open(wait=True, timeout=pool_timeout))
-                yield cls(async_pool, schema=schema)
-            finally:
-                await async_pool.close()
-        else:
-            pool = ConnectionPool(conninfo, **options)
-            try:
-                await _translate(
-                    "connect",
-                    anyio.to_thread.run_sync(partial(pool.open, wait=True, timeout=pool_timeout)),
-                )
-                yield cls(pool, schema=schema)
-            finally:
-                await anyio.to_thread.run_sync(pool.close)
+        pool = ConnectionPool(conninfo, **options)
+        try:
+            await _translate(
+                "connect",
+                anyio.to_thread.run_sync(partial(pool.open, wait=True, timeout=pool_timeout)),
+            )
+            yield cls(pool, schema=schema)
+        finally:
+            await anyio.to_thread.run_sync(pool.close)
 
     @property
     def schema(self) -> str:
@@ -193,6 +194,8 @@ class PostgresMemory(MemoryStore):
             PostgresMemoryError: The database does not store text as UTF-8,
                 so facts could not be kept exactly as given.
             StoreUnavailableError: The server could not complete the setup.
+            psycopg.Error: The role lacks a privilege the setup needs, such
+                as creating the schema (see the documentation).
         """
         pool = self._pool
         if isinstance(pool, AsyncConnectionPool):
@@ -205,15 +208,42 @@ class PostgresMemory(MemoryStore):
         self._verified = True
 
     async def remember(self, scope: Scope, end_user_id: str, content: str) -> Memory:
+        """Store a new fact with one ``INSERT``; see `MemoryStore.remember`.
+
+        If the connection breaks during the call, the fact was stored whole or
+        not at all; `recall` tells which.
+
+        Raises:
+            TypeError: An argument has the wrong type.
+            InvalidKeyError: The tenant or end-user id breaks a key rule.
+            InvalidContentError: The content breaks a content rule.
+            SchemaVersionError: The first call of this store found the
+                schema missing, older or newer than this code.
+            StoreUnavailableError: The server could not complete the call;
+                nothing was half-written.
+        """
         key = memory_key(scope, end_user_id)
         content = validate_content(content)
         rows, _ = await self._run(
             "remember", self._sql.remember, (key.tenant, key.end_user_id, content)
         )
         memory_id, created_at = rows[0]
-        return Memory(memory_id, key, content, created_at.astimezone(UTC))
+        return Memory(memory_id, key, content, _utc(created_at))
 
     async def forget(self, scope: Scope, end_user_id: str, memory_id: str) -> bool:
+        """Delete one fact with one ``DELETE`` keyed on it; see `MemoryStore.forget`.
+
+        An id that is not this store's exact spelling of a UUID answers
+        ``False`` without a statement.
+
+        Raises:
+            TypeError: An argument has the wrong type.
+            InvalidKeyError: The tenant or end-user id breaks a key rule.
+            SchemaVersionError: The first call of this store found the
+                schema missing, older or newer than this code.
+            StoreUnavailableError: The server could not complete the call;
+                nothing was half-written.
+        """
         key = memory_key(scope, end_user_id)
         memory_id = validate_memory_id(memory_id)
         uuid = _parse_id(memory_id)
@@ -228,6 +258,17 @@ class PostgresMemory(MemoryStore):
     async def recall(
         self, scope: Scope, end_user_id: str, *, limit: int | None = None
     ) -> tuple[Memory, ...]:
+        """Read the key's facts in sequence order with one ``SELECT``; see `MemoryStore.recall`.
+
+        Raises:
+            TypeError: An argument has the wrong type.
+            InvalidKeyError: The tenant or end-user id breaks a key rule.
+            InvalidLimitError: ``limit`` is negative.
+            SchemaVersionError: The first call of this store found the
+                schema missing, older or newer than this code.
+            StoreUnavailableError: The server could not complete the call;
+                nothing was half-written.
+        """
         key = memory_key(scope, end_user_id)
         limit = validate_limit(limit)
         rows, _ = await self._run(
@@ -238,6 +279,16 @@ class PostgresMemory(MemoryStore):
         return tuple(_memory(key, row) for row in rows)
 
     async def erase(self, scope: Scope, end_user_id: str) -> int:
+        """Delete every fact of the key with one ``DELETE``; see `MemoryStore.erase`.
+
+        Raises:
+            TypeError: An argument has the wrong type.
+            InvalidKeyError: The tenant or end-user id breaks a key rule.
+            SchemaVersionError: The first call of this store found the
+                schema missing, older or newer than this code.
+            StoreUnavailableError: The server could not complete the call;
+                nothing was half-written.
+        """
         key = memory_key(scope, end_user_id)
         _, deleted = await self._run("erase", self._sql.erase, (key.tenant, key.end_user_id))
         return deleted
@@ -396,4 +447,14 @@ def _parse_id(memory_id: str) -> UUID | None:
 
 def _memory(key: MemoryKey, row: tuple[Any, ...]) -> Memory:
     memory_id, content, created_at = row
-    return Memory(memory_id, key, content, created_at.astimezone(UTC))
+    return Memory(memory_id, key, content, _utc(created_at))
+
+
+def _utc(moment: datetime) -> datetime:
+    # psycopg reads timestamps in the session's time zone; in a UTC session
+    # they already carry datetime.UTC and need no conversion.
+    return moment if moment.tzinfo is UTC else moment.astimezone(UTC)
+
+
+def _session_in_utc(conn: Connection[Any]) -> None:
+    conn.execute("SET TimeZone TO 'UTC'")

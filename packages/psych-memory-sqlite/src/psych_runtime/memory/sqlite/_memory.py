@@ -13,7 +13,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, Literal, TypeAlias, TypeVar, get_args
 from urllib.parse import quote
-from uuid import uuid4
 
 import anyio.to_thread
 
@@ -57,8 +56,8 @@ _SQLITE_CORRUPT: Final = 11
 # cannot both take the same one.
 _INSERT: Final = (
     "INSERT INTO psych_memory_fact (tenant, end_user_id, seq, id, content, created_at) "
-    "SELECT ?1, ?2, coalesce(max(seq), 0) + 1, ?3, ?4, ?5 FROM psych_memory_fact "
-    "WHERE tenant = ?1 AND end_user_id = ?2"
+    "SELECT ?, ?, coalesce(max(seq), 0) + 1, ?, ?, ? FROM psych_memory_fact "
+    "WHERE tenant = ? AND end_user_id = ?"
 )
 _SELECT: Final = (
     "SELECT id, content, created_at FROM psych_memory_fact "
@@ -221,18 +220,39 @@ class SqliteMemory(MemoryStore):
         await self.aclose()
 
     async def remember(self, scope: Scope, end_user_id: str, content: str) -> Memory:
+        """Store a new fact, as `MemoryStore.remember`; it is on disk when this returns.
+
+        Raises:
+            TypeError: An argument has the wrong type.
+            InvalidKeyError: The tenant or end-user id breaks a key rule.
+            InvalidContentError: The content breaks a content rule.
+            RuntimeError: The store is not open.
+            sqlite3.OperationalError: The file stayed locked past the busy timeout.
+        """
         key = memory_key(scope, end_user_id)
         content = validate_content(content)
 
         def insert(conn: sqlite3.Connection) -> Memory:
-            memory = Memory(uuid4().hex, key, content, datetime.now(UTC))
+            # 128 random bits, as the in-process adapter uses.
+            memory = Memory(os.urandom(16).hex(), key, content, datetime.now(UTC))
             micros = (memory.created_at - _EPOCH) // _MICROSECOND
-            conn.execute(_INSERT, (key.tenant, key.end_user_id, memory.id, content, micros))
+            tenant, end_user = key.tenant, key.end_user_id
+            conn.execute(_INSERT, (tenant, end_user, memory.id, content, micros, tenant, end_user))
             return memory
 
         return await self._run(insert)
 
     async def forget(self, scope: Scope, end_user_id: str, memory_id: str) -> bool:
+        """Delete one fact, as `MemoryStore.forget`, and wipe its bytes from the files.
+
+        Raises:
+            TypeError: An argument has the wrong type.
+            InvalidKeyError: The tenant or end-user id breaks a key rule.
+            RuntimeError: The store is not open.
+            EraseIncompleteError: The fact is deleted, but another connection
+                kept the write-ahead log from being emptied.
+            sqlite3.OperationalError: The file stayed locked past the busy timeout.
+        """
         key = memory_key(scope, end_user_id)
         memory_id = validate_memory_id(memory_id)
         known_shape = _ID_SHAPE.fullmatch(memory_id) is not None
@@ -251,6 +271,15 @@ class SqliteMemory(MemoryStore):
     async def recall(
         self, scope: Scope, end_user_id: str, *, limit: int | None = None
     ) -> tuple[Memory, ...]:
+        """Return the facts of this end user oldest first, as `MemoryStore.recall`.
+
+        Raises:
+            TypeError: An argument has the wrong type (a `bool` limit included).
+            InvalidKeyError: The tenant or end-user id breaks a key rule.
+            InvalidLimitError: ``limit`` is negative.
+            RuntimeError: The store is not open.
+            sqlite3.OperationalError: The file stayed locked past the busy timeout.
+        """
         key = memory_key(scope, end_user_id)
         checked = validate_limit(limit)
         sql_limit = _MAX_SQL_LIMIT if checked is None else min(checked, _MAX_SQL_LIMIT)
@@ -265,6 +294,16 @@ class SqliteMemory(MemoryStore):
         return await self._run(select)
 
     async def erase(self, scope: Scope, end_user_id: str) -> int:
+        """Delete every fact of this end user, as `MemoryStore.erase`, and wipe their bytes.
+
+        Raises:
+            TypeError: An argument has the wrong type.
+            InvalidKeyError: The tenant or end-user id breaks a key rule.
+            RuntimeError: The store is not open.
+            EraseIncompleteError: The facts are deleted, but another connection
+                kept the write-ahead log from being emptied.
+            sqlite3.OperationalError: The file stayed locked past the busy timeout.
+        """
         key = memory_key(scope, end_user_id)
 
         def delete(conn: sqlite3.Connection) -> int:

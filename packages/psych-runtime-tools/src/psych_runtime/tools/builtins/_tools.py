@@ -210,7 +210,7 @@ class MemoryTools:
 
     async def _call_remember(self, arguments: object) -> ToolResult:
         try:
-            value = _single_argument(REMEMBER, arguments)
+            value = _single_argument(REMEMBER, "content", arguments)
             content = _content(value)
         except _ArgumentError as refusal:
             return _error(REMEMBER, str(refusal))
@@ -219,7 +219,7 @@ class MemoryTools:
 
     async def _call_forget(self, arguments: object) -> ToolResult:
         try:
-            memory_id = _single_argument(FORGET, arguments)
+            memory_id = _single_argument(FORGET, "memory_id", arguments)
             if not isinstance(memory_id, str):
                 _refuse(f"'memory_id' must be a string, not {_json_type(memory_id)}")
         except _ArgumentError as refusal:
@@ -260,8 +260,7 @@ def memory_tools(memory: MemoryStore, *, scope: Scope, end_user_id: str) -> Memo
     return MemoryTools(memory, memory_key(scope, end_user_id))
 
 
-def _single_argument(spec: ToolSpec, arguments: object) -> object:
-    (expected,) = spec.input_schema["required"]
+def _single_argument(spec: ToolSpec, expected: str, arguments: object) -> object:
     parsed = _arguments_object(arguments, expected)
     names = [name for name in parsed if isinstance(name, str)]
     if len(names) != len(parsed):
