@@ -280,6 +280,7 @@ class TestWronglyExpectedToFail(_KitAgainst):
     adapter = Correct
     expected_failures: ClassVar[Mapping[str, str]] = {
         "test_rule4_erase_of_an_empty_key_is_zero": "believed broken, but it is not",
+        "test_rule3_recall_is_oldest_first[trio]": "believed broken on trio alone",
     }
 
 

@@ -43,18 +43,19 @@ _POOLS = pytest.mark.parametrize(
 async def _labelled_store(
     backdoor: Backdoor, pool_kind: str, *, max_size: int = 4
 ) -> AsyncIterator[tuple[PostgresMemory, str]]:
+    min_size = min(2, max_size)
     name = f"psych-fault-{uuid4().hex[:16]}"
     dsn = backdoor.labelled(name)
     if pool_kind == "threads":
         async with PostgresMemory.connect(
-            dsn, schema=backdoor.schema, min_size=2, max_size=max_size, pool_timeout=20
+            dsn, schema=backdoor.schema, min_size=min_size, max_size=max_size, pool_timeout=20
         ) as store:
             await store.setup()
             yield store, name
     else:
         async with AsyncConnectionPool(
             dsn,
-            min_size=2,
+            min_size=min_size,
             max_size=max_size,
             timeout=20,
             kwargs={"autocommit": True},
@@ -81,6 +82,19 @@ async def test_next_call_succeeds_after_idle_connections_were_terminated(
                 for _ in range(4):
                     tasks.start_soon(store.recall, "acme", "u1")
             assert await store.recall("acme", "u1") == (fact, again)
+
+
+@_POOLS
+async def test_a_pool_of_one_connection_recovers_too(backdoor: Backdoor, pool_kind: str) -> None:
+    # The only connection is dead: there is no other to try, so the call
+    # waits for the pool's replacement instead.
+    with anyio.fail_after(_BOUND):
+        async with _labelled_store(backdoor, pool_kind, max_size=1) as (store, name):
+            fact = await store.remember("acme", "u1", "before")
+            assert await backdoor.terminate(name) == 1
+            await store.setup()
+            assert await backdoor.terminate(name) == 1
+            assert await store.recall("acme", "u1") == (fact,)
 
 
 class _Locked:

@@ -12,7 +12,7 @@ from uuid import UUID
 
 import anyio.to_thread
 import psycopg
-from psycopg import Connection
+from psycopg import AsyncConnection, Connection
 from psycopg.pq import ConnStatus
 from psycopg.pq.abc import PGconn
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
@@ -276,7 +276,7 @@ class PostgresMemory(MemoryStore):
             self._sql.recall,
             (key.tenant, key.end_user_id, None if limit is None else min(limit, _MAX_LIMIT)),
         )
-        return tuple(_memory(key, row) for row in rows)
+        return tuple([_memory(key, row) for row in rows])
 
     async def erase(self, scope: Scope, end_user_id: str) -> int:
         """Delete every fact of the key with one ``DELETE``; see `MemoryStore.erase`.
@@ -304,12 +304,13 @@ class PostgresMemory(MemoryStore):
         self, operation: str, query: bytes, params: Sequence[object]
     ) -> tuple[_Rows, int]:
         pool = self._pool
-        if isinstance(pool, AsyncConnectionPool):
-            _require_asyncio()
-            return await _translate(operation, _execute_async(pool, query, params))
-        return await _translate(
-            operation, anyio.to_thread.run_sync(partial(_execute_sync, pool, query, params))
-        )
+        try:
+            if isinstance(pool, AsyncConnectionPool):
+                _require_asyncio()
+                return await _execute_async(pool, query, params)
+            return await anyio.to_thread.run_sync(_execute_sync, pool, query, params)
+        except psycopg.OperationalError as exc:
+            raise _unavailable(operation, exc) from exc
 
     async def _verify(self, operation: str) -> None:
         # Code older than the database must fail clearly rather than misread
@@ -324,33 +325,50 @@ class PostgresMemory(MemoryStore):
         self._verified = True
 
 
+# A connection the server closed while it sat in the pool is handed back
+# (the pool replaces it) and the next one is tried, up to the pool's size.
+# One more is then used whatever its state, so the call fails rather than
+# spins. The statement runners repeat this loop instead of sharing the
+# context managers below, which cost a few microseconds on every call.
+
+
 @asynccontextmanager
 async def _connection_async(pool: AsyncConnectionPool[Any]) -> AsyncIterator[Any]:
-    for attempt in range(pool.max_size + 1):
+    for _ in range(pool.max_size):
         async with pool.connection() as conn:
-            if attempt < pool.max_size and not _alive(conn.pgconn):
-                # Leaving the block hands the broken connection back, and the
-                # pool replaces it; the next one may be fine. The last attempt
-                # is used whatever its state, so the call fails rather than spins.
-                continue
-            yield conn
-            return
+            if _alive(conn.pgconn):
+                yield conn
+                return
+    async with pool.connection() as conn:
+        yield conn
 
 
 @contextmanager
 def _connection_sync(pool: ConnectionPool[Any]) -> Iterator[Any]:
-    for attempt in range(pool.max_size + 1):
+    for _ in range(pool.max_size):
         with pool.connection() as conn:
-            if attempt < pool.max_size and not _alive(conn.pgconn):
-                continue
-            yield conn
-            return
+            if _alive(conn.pgconn):
+                yield conn
+                return
+    with pool.connection() as conn:
+        yield conn
 
 
 async def _execute_async(
     pool: AsyncConnectionPool[Any], query: bytes, params: Sequence[object]
 ) -> tuple[_Rows, int]:
-    async with _connection_async(pool) as conn, conn.cursor() as cursor:
+    for _ in range(pool.max_size):
+        async with pool.connection() as conn:
+            if _alive(conn.pgconn):
+                return await _statement_async(conn, query, params)
+    async with pool.connection() as conn:
+        return await _statement_async(conn, query, params)
+
+
+async def _statement_async(
+    conn: AsyncConnection[Any], query: bytes, params: Sequence[object]
+) -> tuple[_Rows, int]:
+    async with conn.cursor() as cursor:
         await cursor.execute(query, params)
         rows = await cursor.fetchall() if cursor.description is not None else []
         return rows, cursor.rowcount
@@ -359,7 +377,18 @@ async def _execute_async(
 def _execute_sync(
     pool: ConnectionPool[Any], query: bytes, params: Sequence[object]
 ) -> tuple[_Rows, int]:
-    with _connection_sync(pool) as conn, conn.cursor() as cursor:
+    for _ in range(pool.max_size):
+        with pool.connection() as conn:
+            if _alive(conn.pgconn):
+                return _statement_sync(conn, query, params)
+    with pool.connection() as conn:
+        return _statement_sync(conn, query, params)
+
+
+def _statement_sync(
+    conn: Connection[Any], query: bytes, params: Sequence[object]
+) -> tuple[_Rows, int]:
+    with conn.cursor() as cursor:
         cursor.execute(query, params)
         rows = cursor.fetchall() if cursor.description is not None else []
         return rows, cursor.rowcount
@@ -409,14 +438,18 @@ async def _translate(operation: str, call: Awaitable[_T]) -> _T:
     try:
         return await call
     except psycopg.OperationalError as exc:
-        # The class and SQLSTATE say what happened; the server's own text is
-        # left to __cause__, as some messages can quote values.
-        state = f", SQLSTATE {exc.sqlstate}" if exc.sqlstate else ""
-        raise StoreUnavailableError(
-            operation,
-            "the PostgreSQL server could not be reached or the connection broke "
-            f"({type(exc).__name__}{state})",
-        ) from exc
+        raise _unavailable(operation, exc) from exc
+
+
+def _unavailable(operation: str, exc: psycopg.OperationalError) -> StoreUnavailableError:
+    # The class and SQLSTATE say what happened; the server's own text is left
+    # to __cause__, as some messages can quote values.
+    state = f", SQLSTATE {exc.sqlstate}" if exc.sqlstate else ""
+    return StoreUnavailableError(
+        operation,
+        "the PostgreSQL server could not be reached or the connection broke "
+        f"({type(exc).__name__}{state})",
+    )
 
 
 def _on_asyncio() -> bool:
