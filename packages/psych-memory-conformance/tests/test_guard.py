@@ -144,7 +144,7 @@ def test_fresh_path_never_repeats_and_stays_in_tmp_path(tmp_path: Path) -> None:
 def test_a_rule_violation_survives_pickling() -> None:
     # pytest-xdist and multiprocessing move exceptions between processes.
     pickled = pickle.dumps(RuleViolationError(5, "key mixed up"))
-    error = pickle.loads(pickled)  # noqa: S301 - pickled on the line above.
+    error = pickle.loads(pickled)
     assert isinstance(error, RuleViolationError)
     assert (error.rule, error.detail) == (5, "key mixed up")
     assert str(error).startswith(f"rule 5: {RULES[5]}")

@@ -10,6 +10,7 @@ from psych_runtime.memory.inproc import InProcessMemory
 from psych_runtime.memory.port import (
     MemoryKey,
     MemoryStore,
+    StoreClosedError,
 )
 
 pytestmark = pytest.mark.anyio
@@ -38,3 +39,20 @@ async def test_emptied_keys_leave_no_trace(memory: InProcessMemory) -> None:
     await memory.remember("acme", "u2", "fact")
     await memory.erase("acme", "u2")
     assert memory._facts == {}
+
+
+async def test_closing_drops_every_fact_and_refuses_later_calls() -> None:
+    async with InProcessMemory() as memory:
+        fact = await memory.remember("acme", "u1", "fact")
+    assert memory._facts == {}
+    await memory.aclose()  # closing twice is harmless
+    calls = [
+        memory.remember("acme", "u1", "fact"),
+        memory.forget("acme", "u1", fact.id),
+        memory.recall("acme", "u1"),
+        memory.erase("acme", "u1"),
+    ]
+    for call, name in zip(calls, ["remember", "forget", "recall", "erase"], strict=True):
+        with pytest.raises(StoreClosedError) as caught:
+            await call
+        assert caught.value.operation == name

@@ -81,7 +81,7 @@ def test_repr_and_match() -> None:
 
 def test_pickle_and_copy_round_trip() -> None:
     key = MemoryKey("acme", "user")
-    assert pickle.loads(pickle.dumps(key)) == key  # noqa: S301
+    assert pickle.loads(pickle.dumps(key)) == key
     assert copy.copy(key) == key
     assert copy.deepcopy(key) == key
 

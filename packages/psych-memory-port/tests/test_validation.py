@@ -202,6 +202,6 @@ def test_negative_limit_raises(value: int) -> None:
 
 def test_errors_survive_pickling() -> None:
     error = InvalidKeyError("tenant", "must not be empty")
-    copy = pickle.loads(pickle.dumps(error))  # noqa: S301
+    copy = pickle.loads(pickle.dumps(error))
     assert type(copy) is InvalidKeyError
     assert (copy.argument, copy.rule, str(copy)) == (error.argument, error.rule, str(error))

@@ -40,7 +40,7 @@ def test_version_and_defaults() -> None:
 
 def test_store_unavailable_error_pickles_and_says_what_failed() -> None:
     error = postgres.StoreUnavailableError("erase", "the connection broke (AdminShutdown)")
-    again = pickle.loads(pickle.dumps(error))  # noqa: S301 - our own bytes
+    again = pickle.loads(pickle.dumps(error))
     assert (again.operation, again.reason) == ("erase", "the connection broke (AdminShutdown)")
     assert str(again) == str(error)
     assert str(error).startswith("erase did not complete: the connection broke")

@@ -156,7 +156,7 @@ async def test_an_empty_version_table_asks_for_setup(
 
 def test_schema_version_error_pickles_and_names_no_value() -> None:
     error = SchemaVersionError("psych_memory", 7, 1)
-    again = pickle.loads(pickle.dumps(error))  # noqa: S301 - our own bytes
+    again = pickle.loads(pickle.dumps(error))
     assert (again.schema, again.found, again.expected) == ("psych_memory", 7, 1)
     assert str(again) == str(error)
     assert isinstance(again, PostgresMemoryError)

@@ -12,6 +12,7 @@ from psych_runtime.memory.port import (
     MemoryKey,
     MemoryStore,
     Scope,
+    StoreClosedError,
     memory_key,
     validate_content,
     validate_limit,
@@ -34,13 +35,24 @@ class InProcessMemory(MemoryStore):
     dictionary operations of a call and never across an ``await``, so the
     store is safe to share between tasks on asyncio or trio and between
     threads that each run their own event loop.
+
+    There is nothing to open: ``async with InProcessMemory() as memory:`` and
+    a bare ``InProcessMemory()`` are both ready. Closing drops every fact at
+    once; afterwards each call raises `StoreClosedError`.
     """
 
-    __slots__ = ("_facts", "_lock")
+    __slots__ = ("_closed", "_facts", "_lock")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._facts: dict[MemoryKey, dict[str, Memory]] = {}
+        self._closed = False
+
+    async def aclose(self) -> None:
+        """Close the store and drop every fact it held; closing again does nothing."""
+        with self._lock:
+            self._closed = True
+            self._facts = {}
 
     async def remember(self, scope: Scope, end_user_id: str, content: str) -> Memory:
         key = memory_key(scope, end_user_id)
@@ -49,9 +61,12 @@ class InProcessMemory(MemoryStore):
         # practice; os.urandom is several times cheaper than uuid4().
         memory = Memory(os.urandom(16).hex(), key, content, datetime.now(UTC))
         with self._lock:
-            facts = self._facts.get(key)
+            if self._closed:
+                raise StoreClosedError("remember")
+            table = self._facts
+            facts = table.get(key)
             if facts is None:
-                facts = self._facts[key] = {}
+                facts = table[key] = {}
             facts[memory.id] = memory
         return memory
 
@@ -59,12 +74,15 @@ class InProcessMemory(MemoryStore):
         key = memory_key(scope, end_user_id)
         memory_id = validate_memory_id(memory_id)
         with self._lock:
-            facts = self._facts.get(key)
+            if self._closed:
+                raise StoreClosedError("forget")
+            table = self._facts
+            facts = table.get(key)
             if facts is None or facts.pop(memory_id, None) is None:
                 return False
             if not facts:
                 # An end user with no facts leaves no trace in the table.
-                del self._facts[key]
+                del table[key]
             return True
 
     async def recall(
@@ -73,7 +91,10 @@ class InProcessMemory(MemoryStore):
         key = memory_key(scope, end_user_id)
         limit = validate_limit(limit)
         with self._lock:
-            facts = self._facts.get(key)
+            if self._closed:
+                raise StoreClosedError("recall")
+            table = self._facts
+            facts = table.get(key)
             if facts is None:
                 return ()
             if limit is None:
@@ -83,5 +104,8 @@ class InProcessMemory(MemoryStore):
     async def erase(self, scope: Scope, end_user_id: str) -> int:
         key = memory_key(scope, end_user_id)
         with self._lock:
-            facts = self._facts.pop(key, None)
+            if self._closed:
+                raise StoreClosedError("erase")
+            table = self._facts
+            facts = table.pop(key, None)
         return 0 if facts is None else len(facts)

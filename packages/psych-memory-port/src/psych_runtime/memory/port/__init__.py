@@ -11,6 +11,10 @@ from ._errors import (
     InvalidInputError,
     InvalidKeyError,
     InvalidLimitError,
+    MemoryStoreError,
+    SchemaVersionError,
+    StoreClosedError,
+    StoreUnavailableError,
 )
 from ._key import HasTenant, MemoryKey, Scope, memory_key
 from ._memory import Memory
@@ -36,7 +40,11 @@ __all__ = [
     "Memory",
     "MemoryKey",
     "MemoryStore",
+    "MemoryStoreError",
+    "SchemaVersionError",
     "Scope",
+    "StoreClosedError",
+    "StoreUnavailableError",
     "memory_key",
     "validate_content",
     "validate_key_part",

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from types import TracebackType
+from typing import Self
 
 from ._key import Scope
 from ._memory import Memory
@@ -21,9 +23,42 @@ class MemoryStore(ABC):
     There is deliberately no search, ranking or query of any kind: a backend
     stores facts, returns them in the order they were added, and deletes them
     for good.
+
+    Every store has one lifecycle: ``async with store:`` opens it if it needs
+    opening and closes it on exit; `aclose` closes it too, and closing twice is
+    harmless. A call after closing raises `StoreClosedError`. A failure that
+    is not the caller's fault raises a `MemoryStoreError`; the four methods
+    raise nothing but `TypeError`, the `InvalidInputError` family and the
+    `MemoryStoreError` family.
     """
 
     __slots__ = ()
+
+    async def __aenter__(self) -> Self:
+        """Open the store if it needs opening, and return it.
+
+        Raises:
+            MemoryStoreError: The store cannot be opened (for example
+                `StoreClosedError` when it was closed already).
+        """
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    # Not abstract on purpose: the port keeps exactly four abstract methods.
+    async def aclose(self) -> None:  # noqa: B027
+        """Close the store and release what it holds; closing again does nothing.
+
+        Afterwards each of the four methods raises `StoreClosedError`. This
+        default has nothing to release; adapters that hold connections,
+        files or state override it.
+        """
 
     @abstractmethod
     async def remember(self, scope: Scope, end_user_id: str, content: str) -> Memory:
@@ -45,6 +80,12 @@ class MemoryStore(ABC):
             TypeError: An argument has the wrong type.
             InvalidKeyError: The tenant or end-user id breaks a key rule.
             InvalidContentError: The content breaks a content rule.
+            StoreUnavailableError: The store could not be reached or stayed
+                busy past its bound; ``may_have_taken_effect`` says whether
+                the fact may have been stored all the same.
+            StoreClosedError: The store is not open, or was closed.
+            MemoryStoreError: Any other failure of the store (a
+                `SchemaVersionError`, or an adapter's own subclass).
         """
 
     @abstractmethod
@@ -65,6 +106,11 @@ class MemoryStore(ABC):
         Raises:
             TypeError: An argument has the wrong type.
             InvalidKeyError: The tenant or end-user id breaks a key rule.
+            StoreUnavailableError: The store could not be reached or stayed
+                busy past its bound; ``may_have_taken_effect`` says whether
+                the fact may have been deleted all the same.
+            StoreClosedError: The store is not open, or was closed.
+            MemoryStoreError: Any other failure of the store.
         """
 
     @abstractmethod
@@ -89,6 +135,10 @@ class MemoryStore(ABC):
             TypeError: An argument has the wrong type (a `bool` limit included).
             InvalidKeyError: The tenant or end-user id breaks a key rule.
             InvalidLimitError: ``limit`` is negative.
+            StoreUnavailableError: The store could not be reached or stayed
+                busy past its bound (reading changes nothing).
+            StoreClosedError: The store is not open, or was closed.
+            MemoryStoreError: Any other failure of the store.
         """
 
     @abstractmethod
@@ -109,4 +159,9 @@ class MemoryStore(ABC):
         Raises:
             TypeError: An argument has the wrong type.
             InvalidKeyError: The tenant or end-user id breaks a key rule.
+            StoreUnavailableError: The store could not be reached or stayed
+                busy past its bound; ``may_have_taken_effect`` says whether
+                the facts may have been deleted all the same.
+            StoreClosedError: The store is not open, or was closed.
+            MemoryStoreError: Any other failure of the store.
         """
