@@ -18,15 +18,18 @@ def test_all_is_exactly_the_public_api() -> None:
         [
             "MAX_CONTENT_LENGTH",
             "MAX_KEY_LENGTH",
+            "MAX_RESTORED_ID_LENGTH",
             "HasTenant",
             "InvalidContentError",
             "InvalidInputError",
             "InvalidKeyError",
             "InvalidLimitError",
+            "ListsEndUsers",
             "Memory",
             "MemoryKey",
             "MemoryStore",
             "MemoryStoreError",
+            "RestoresFacts",
             "SchemaVersionError",
             "Scope",
             "StoreClosedError",
@@ -36,6 +39,7 @@ def test_all_is_exactly_the_public_api() -> None:
             "validate_key_part",
             "validate_limit",
             "validate_memory_id",
+            "validate_restored_id",
         ]
     )
     for name in port.__all__:

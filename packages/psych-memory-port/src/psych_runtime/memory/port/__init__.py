@@ -6,6 +6,12 @@ dependencies. Adapters subclass `MemoryStore` and call `memory_key` and the
 accepts and refuses exactly the same input.
 """
 
+from ._capabilities import (
+    MAX_RESTORED_ID_LENGTH,
+    ListsEndUsers,
+    RestoresFacts,
+    validate_restored_id,
+)
 from ._errors import (
     InvalidContentError,
     InvalidInputError,
@@ -32,15 +38,18 @@ from ._version import __version__ as __version__
 __all__ = [
     "MAX_CONTENT_LENGTH",
     "MAX_KEY_LENGTH",
+    "MAX_RESTORED_ID_LENGTH",
     "HasTenant",
     "InvalidContentError",
     "InvalidInputError",
     "InvalidKeyError",
     "InvalidLimitError",
+    "ListsEndUsers",
     "Memory",
     "MemoryKey",
     "MemoryStore",
     "MemoryStoreError",
+    "RestoresFacts",
     "SchemaVersionError",
     "Scope",
     "StoreClosedError",
@@ -50,4 +59,5 @@ __all__ = [
     "validate_key_part",
     "validate_limit",
     "validate_memory_id",
+    "validate_restored_id",
 ]
