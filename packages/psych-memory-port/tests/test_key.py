@@ -133,3 +133,31 @@ def test_memory_key_agrees_with_constructor(tenant: str, end_user_id: str) -> No
     assert key == MemoryKey(tenant, end_user_id)
     assert (key.tenant, key.end_user_id) == (tenant, end_user_id)
     assert memory_key(RuntimeScope(tenant), end_user_id) == key
+
+
+def test_recent_keys_are_reused_and_the_cache_stays_bounded() -> None:
+    from psych_runtime.memory.port import _key
+
+    first = memory_key("acme", "cached-user")
+    assert memory_key("acme", "cached-user") is first
+    for n in range(_key._RECENT_KEYS_MAX + 10):
+        memory_key("acme", f"user-{n}")
+    assert len(_key._RECENT_KEYS) <= _key._RECENT_KEYS_MAX
+    assert memory_key("acme", "cached-user") == first
+
+
+def test_only_plain_valid_strings_are_remembered() -> None:
+    from psych_runtime.memory.port import _key
+
+    class Sly(str):
+        __slots__ = ()
+
+    before = dict(_key._RECENT_KEYS)
+    memory_key(Sly("acme"), "sly-user")
+    memory_key("acme", Sly("sly-user-2"))
+    with pytest.raises(InvalidKeyError):
+        memory_key("acme", " padded")
+    with pytest.raises(InvalidKeyError):
+        memory_key("acme", " padded")  # refused again: a refusal is never cached
+    added = set(_key._RECENT_KEYS) - set(before)
+    assert not any("sly-user" in user or user == " padded" for _, user in added)

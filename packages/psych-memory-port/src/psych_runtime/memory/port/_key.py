@@ -21,6 +21,14 @@ Scope: TypeAlias = "str | HasTenant"
 
 _MISSING: Final = object()
 
+# Keys recently built from plain strings. Validating and building a key is most
+# of the cost of a call on a fast store, and an agent asks for the same few
+# keys again and again. Only exact `str` arguments are looked up: a subclass
+# could compare equal to a string it is not. Emptied when full, which keeps it
+# bounded without the bookkeeping of an LRU.
+_RECENT_KEYS: Final[dict[tuple[str, str], MemoryKey]] = {}
+_RECENT_KEYS_MAX: Final = 4096
+
 
 @final
 class MemoryKey:
@@ -102,6 +110,11 @@ def memory_key(scope: Scope, end_user_id: str) -> MemoryKey:
             ``tenant``, or ``end_user_id`` is not a `str`.
         InvalidKeyError: The tenant or the end-user id breaks a key rule.
     """
+    plain = type(scope) is str and type(end_user_id) is str
+    if plain:
+        cached = _RECENT_KEYS.get((scope, end_user_id))  # type: ignore[arg-type]
+        if cached is not None:
+            return cached
     if isinstance(scope, str):
         tenant = validate_key_part(scope, "scope")
     else:
@@ -114,6 +127,10 @@ def memory_key(scope: Scope, end_user_id: str) -> MemoryKey:
         tenant = validate_key_part(candidate, "scope.tenant")
     key: MemoryKey = object.__new__(MemoryKey)
     _fill(key, tenant, validate_key_part(end_user_id, "end_user_id"))
+    if plain:
+        if len(_RECENT_KEYS) >= _RECENT_KEYS_MAX:
+            _RECENT_KEYS.clear()
+        _RECENT_KEYS[tenant, key.end_user_id] = key
     return key
 
 
