@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from psych_runtime.memory.port import InvalidKeyError, MemoryKey, memory_key
+from psych_runtime.memory.port import InvalidKeyError, MemoryKey, _key, memory_key
 
 
 @dataclass(frozen=True)
@@ -136,8 +136,6 @@ def test_memory_key_agrees_with_constructor(tenant: str, end_user_id: str) -> No
 
 
 def test_recent_keys_are_reused_and_the_cache_stays_bounded() -> None:
-    from psych_runtime.memory.port import _key
-
     first = memory_key("acme", "cached-user")
     assert memory_key("acme", "cached-user") is first
     for n in range(_key._RECENT_KEYS_MAX + 10):
@@ -147,8 +145,6 @@ def test_recent_keys_are_reused_and_the_cache_stays_bounded() -> None:
 
 
 def test_only_plain_valid_strings_are_remembered() -> None:
-    from psych_runtime.memory.port import _key
-
     class Sly(str):
         __slots__ = ()
 
