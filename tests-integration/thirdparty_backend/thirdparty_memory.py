@@ -48,6 +48,7 @@ class DictMemory(MemoryStore):
         return len(self._facts.pop(memory_key(scope, end_user_id), {}))
 
 
+# --8<-- [start:open-url]
 @asynccontextmanager
 async def open_url(url: str) -> AsyncIterator[MemoryStore]:
     """Open a fresh `DictMemory` for the URL ``thirdparty:``.
@@ -59,3 +60,6 @@ async def open_url(url: str) -> AsyncIterator[MemoryStore]:
         raise ValueError("url must be exactly 'thirdparty:'")
     async with DictMemory() as store:
         yield store
+
+
+# --8<-- [end:open-url]
