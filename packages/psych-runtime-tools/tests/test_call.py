@@ -165,16 +165,18 @@ async def test_forget_of_an_unknown_id_is_an_answer_not_an_error(tools: MemoryTo
 # Bad arguments: an error result saying what to fix, and nothing changed.
 
 LONG = "x" * (MAX_CONTENT_LENGTH + 1)
+UNKNOWN_NAME = "an argument not in the tool's schema was given; send only 'content'"
 
 BAD_REMEMBER: list[tuple[object, str]] = [
     ({}, "missing required argument 'content'"),
-    ({"text": PERSONAL}, "unexpected argument 'text'"),
+    ({"text": PERSONAL}, UNKNOWN_NAME),
     ({"content": PERSONAL, "end_user_id": "u2"}, "'end_user_id' cannot be passed"),
     ({"content": PERSONAL, "tenant": "other"}, "'tenant' cannot be passed"),
     ({"content": PERSONAL, "scope": "other"}, "'scope' cannot be passed"),
     ({"content": PERSONAL, "user_id": "u2"}, "'user_id' cannot be passed"),
-    ({"content": PERSONAL, "a": 1, "b": 2, "c": 3, "d": 4}, "'a', 'b', 'c' and 1 more"),
-    ({"content": PERSONAL, "k" * 100: 1}, "'" + "k" * 40 + "'..."),
+    ({"content": PERSONAL, "a": 1, "b": 2, "c": 3, "d": 4}, UNKNOWN_NAME),
+    ({"content": "likes tea", PERSONAL: 1}, UNKNOWN_NAME),
+    ({"content": "likes tea", "end_user_id": "u2", "tenant": "x"}, "'end_user_id' and 'tenant'"),
     ({"content": PERSONAL, 1: "x"}, "argument names must be strings"),
     ({"content": None}, "'content' must be a string, not null"),
     ({"content": 42}, "'content' must be a string, not a number"),
@@ -191,8 +193,13 @@ BAD_REMEMBER: list[tuple[object, str]] = [
     ('{"content": "' + PERSONAL + '"', "not valid JSON"),
     ("", "not valid JSON"),
     ("[" * 100_000, "not valid JSON"),
-    ('{"content": NaN}', "NaN is not valid JSON"),
-    ('{"content": "a", "content": "' + PERSONAL + '"}', "'content' appears more than once"),
+    ('{"content": NaN}', "NaN or Infinity, which JSON does not allow"),
+    ('{"content": -Infinity}', "NaN or Infinity, which JSON does not allow"),
+    ('{"content": "a", "content": "' + PERSONAL + '"}', "argument 'content' appears more"),
+    ('{"tenant": "a", "tenant": "' + PERSONAL + '"}', "argument 'tenant' appears more than once"),
+    ('{"content": "a", "' + PERSONAL + '": 1, "' + PERSONAL + '": 2}', "an argument name appears"),
+    ('{"content": {"' + PERSONAL + '": 1, "' + PERSONAL + '": 2}}', "not an object"),
+    ('{"content": [{"' + PERSONAL + '": 1, "' + PERSONAL + '": 2}]}', "not an array"),
     ('"' + PERSONAL + '"', "must be a JSON object"),
     ("[]", "must be a JSON object"),
     ("null", "not null"),
@@ -220,13 +227,32 @@ async def test_bad_remember_arguments_give_an_error_result_and_store_nothing(
 
 BAD_FORGET: list[tuple[object, str]] = [
     ({}, "missing required argument 'memory_id'"),
-    ({"id": "m1"}, "unexpected argument 'id'"),
+    ({"id": "m1"}, "an argument not in the tool's schema was given; send only 'memory_id'"),
+    ({"memory_id": "m1", PERSONAL: "m2"}, "send only 'memory_id'"),
+    ('{"memory_id": {"' + PERSONAL + '": 1, "' + PERSONAL + '": 2}}', "not an object"),
     ({"memory_id": "m1", "end_user_id": "u2"}, "'end_user_id' cannot be passed"),
     ({"memory_id": 7}, "'memory_id' must be a string, not a number"),
     ({"memory_id": None}, "'memory_id' must be a string, not null"),
     ('{"memory_id": ', "not valid JSON"),
     ("[1]", "must be a JSON object"),
 ]
+
+
+async def test_a_key_repeated_inside_a_value_is_neither_echoed_nor_called_an_argument(
+    memory: InProcessMemory, tools: MemoryTools
+) -> None:
+    # Reported against the previous wording, which named the nested key.
+    personal = "Jane Roe, SSN 078-05-1120"
+    arguments = json.dumps({"content": {personal: 1}})[:-2] + f', "{personal}": 2}}}}'
+    assert arguments.count(personal) == 2
+    result = await tools.call("remember", arguments)
+    message = payload(result)["error"]
+    assert message == (
+        "remember was not run: 'content' must be a string, not an object. Nothing was changed."
+    )
+    for part in ("Jane", "Roe", "SSN", "078-05-1120"):
+        assert part not in message
+    assert await memory.recall("acme", "u1") == ()
 
 
 @pytest.mark.parametrize(("arguments", "expected"), BAD_FORGET)
@@ -241,6 +267,7 @@ async def test_bad_forget_arguments_give_an_error_result_and_delete_nothing(
     message = payload(result)["error"]
     assert expected in message
     assert message.startswith("forget was not run: ")
+    assert PERSONAL not in message
     assert await snapshot(memory) == before
 
 

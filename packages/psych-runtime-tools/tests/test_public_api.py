@@ -16,12 +16,18 @@ from psych_runtime.tools.builtins import MemoryTools, memory_tools, render_memor
 def test_all_is_exactly_the_public_api() -> None:
     assert sorted(builtins_.__all__) == [
         "FORGET",
+        "KEY_ARGUMENTS",
         "MemoryTools",
         "REMEMBER",
+        "RefusedCallError",
         "ToolResult",
         "ToolSpec",
         "UnknownToolError",
+        "check_arguments",
+        "check_content",
+        "memory_full",
         "memory_tools",
+        "refusal",
         "render_memories",
     ]
     for name in builtins_.__all__:

@@ -3,20 +3,19 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
-from typing import Final, NoReturn
+from collections.abc import Iterable
+from typing import Final, cast
 
 from psych_runtime.memory.port import (
     MAX_CONTENT_LENGTH,
-    InvalidContentError,
     MemoryKey,
     MemoryStore,
     Scope,
     memory_key,
-    validate_content,
     validate_memory_id,
 )
 
+from ._refusals import RefusedCallError, check_arguments, check_content, refusal
 from ._render import render_memories
 from ._spec import ToolResult, ToolSpec
 
@@ -72,20 +71,9 @@ FORGET: Final = ToolSpec(
 )
 """The spec of the ``forget`` tool."""
 
-# The key is the application's to choose. A model that tries to pass one gets
-# a refusal that says so, rather than a generic "unexpected argument".
-_KEY_ARGUMENTS: Final = frozenset({"end_user_id", "user_id", "tenant", "scope"})
+# An unknown tool name is the application's routing bug, reported to the
+# application (not the model); a bounded prefix is enough to find it.
 _SHOWN_NAME_LENGTH: Final = 40
-_SHOWN_NAMES: Final = 3
-# bool before int: a bool is an int to isinstance, but a boolean to JSON.
-_JSON_TYPES: Final[tuple[tuple[type | tuple[type, ...], str], ...]] = (
-    (type(None), "null"),
-    (bool, "a boolean"),
-    ((int, float), "a number"),
-    (str, "a string"),
-    (Mapping, "an object"),
-    ((list, tuple), "an array"),
-)
 
 
 class UnknownToolError(LookupError):
@@ -106,10 +94,6 @@ class UnknownToolError(LookupError):
             f"{REMEMBER.name!r} and {FORGET.name!r}"
         )
         self.name = name
-
-
-class _ArgumentError(Exception):
-    """An argument was unusable; `MemoryTools.call` turns it into an error result."""
 
 
 class MemoryTools:
@@ -162,7 +146,8 @@ class MemoryTools:
         or extra arguments (the tenant and end user included), a wrong type,
         malformed JSON, duplicate keys, content that is empty, only
         whitespace, longer than `MAX_CONTENT_LENGTH` or holding control
-        characters. The error text never repeats the model's values.
+        characters. The error text never repeats the model's text
+        (values, keys nested in them, or argument names it made up).
 
         Args:
             name: The tool the model called: ``"remember"`` or ``"forget"``.
@@ -210,20 +195,19 @@ class MemoryTools:
 
     async def _call_remember(self, arguments: object) -> ToolResult:
         try:
-            value = _single_argument(REMEMBER, "content", arguments)
-            content = _content(value)
-        except _ArgumentError as refusal:
-            return _error(REMEMBER, str(refusal))
+            # The schema declares a string, so the check has made it one.
+            value = cast("str", check_arguments(REMEMBER, arguments)["content"])
+            content = check_content(value, None)
+        except RefusedCallError as refused:
+            return refusal(REMEMBER.name, refused.reason)
         memory = await self._memory.remember(self._key.tenant, self._key.end_user_id, content)
         return _ok({"remembered": True, "id": memory.id})
 
     async def _call_forget(self, arguments: object) -> ToolResult:
         try:
-            memory_id = _single_argument(FORGET, "memory_id", arguments)
-            if not isinstance(memory_id, str):
-                _refuse(f"'memory_id' must be a string, not {_json_type(memory_id)}")
-        except _ArgumentError as refusal:
-            return _error(FORGET, str(refusal))
+            memory_id = cast("str", check_arguments(FORGET, arguments)["memory_id"])
+        except RefusedCallError as refused:
+            return refusal(FORGET.name, refused.reason)
         key = self._key
         if await self._memory.forget(key.tenant, key.end_user_id, validate_memory_id(memory_id)):
             return _ok({"forgotten": True})
@@ -260,95 +244,11 @@ def memory_tools(memory: MemoryStore, *, scope: Scope, end_user_id: str) -> Memo
     return MemoryTools(memory, memory_key(scope, end_user_id))
 
 
-def _single_argument(spec: ToolSpec, expected: str, arguments: object) -> object:
-    parsed = _arguments_object(arguments, expected)
-    names = [name for name in parsed if isinstance(name, str)]
-    if len(names) != len(parsed):
-        _refuse(f"argument names must be strings; send only {expected!r}")
-    key_names = [name for name in names if name in _KEY_ARGUMENTS]
-    if key_names:
-        _refuse(
-            f"{_shown_names(key_names)} cannot be passed: the user and tenant are "
-            f"set by the application, not by the tool call; send only {expected!r}"
-        )
-    extra = [name for name in names if name != expected]
-    if extra:
-        _refuse(f"unexpected argument {_shown_names(extra)}; {spec.name} takes only {expected!r}")
-    if expected not in parsed:
-        _refuse(f'missing required argument {expected!r}; send {{"{expected}": "..."}}')
-    return parsed[expected]
-
-
-def _arguments_object(arguments: object, expected: str) -> Mapping[object, object]:
-    example = f'{{"{expected}": "..."}}'
-    if isinstance(arguments, str):
-        try:
-            arguments = json.loads(
-                arguments,
-                object_pairs_hook=_no_duplicates,
-                parse_constant=_no_constants,
-            )
-        except (ValueError, RecursionError):
-            _refuse(f"arguments are not valid JSON; send one JSON object like {example}")
-    if not isinstance(arguments, Mapping):
-        _refuse(f"arguments must be a JSON object like {example}, not {_json_type(arguments)}")
-    return arguments
-
-
-def _content(value: object) -> str:
-    if not isinstance(value, str):
-        _refuse(f"'content' must be a string, not {_json_type(value)}")
-    try:
-        return validate_content(value)
-    except InvalidContentError as error:
-        _refuse(f"'content' {error.rule}; send the fact as one short plain-text statement")
-
-
-def _no_duplicates(pairs: list[tuple[str, object]]) -> dict[str, object]:
-    # Parsers disagree on which of two equal keys wins; refusing both is the
-    # only reading that cannot be smuggled past a check done elsewhere.
-    result: dict[str, object] = {}
-    for name, value in pairs:
-        if name in result:
-            _refuse(f"argument {_shown(name)} appears more than once")
-        result[name] = value
-    return result
-
-
-def _no_constants(name: str) -> NoReturn:
-    _refuse(f"{name} is not valid JSON")
-
-
-def _refuse(message: str) -> NoReturn:
-    raise _ArgumentError(message)
-
-
-def _error(spec: ToolSpec, message: str) -> ToolResult:
-    text = f"{spec.name} was not run: {message}. Nothing was changed."
-    return ToolResult(json.dumps({"error": text}, separators=(",", ":")), is_error=True)
-
-
 def _ok(payload: dict[str, object]) -> ToolResult:
     return ToolResult(json.dumps(payload, separators=(",", ":")), is_error=False)
 
 
-def _json_type(value: object) -> str:
-    # Named as JSON names them, since that is the language the model wrote in.
-    for kind, name in _JSON_TYPES:
-        if isinstance(value, kind):
-            return name
-    return type(value).__qualname__
-
-
 def _shown(name: str) -> str:
-    # Names come from the model and may be anything: show a bounded prefix.
     if len(name) > _SHOWN_NAME_LENGTH:
         return repr(name[:_SHOWN_NAME_LENGTH]) + "..."
     return repr(name)
-
-
-def _shown_names(names: list[str]) -> str:
-    shown = ", ".join(_shown(name) for name in names[:_SHOWN_NAMES])
-    if len(names) > _SHOWN_NAMES:
-        shown += f" and {len(names) - _SHOWN_NAMES} more"
-    return shown
