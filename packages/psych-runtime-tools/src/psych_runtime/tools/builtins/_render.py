@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import re
+import unicodedata
 from collections.abc import Iterable
 from typing import Final
 
@@ -21,12 +23,30 @@ RECALLED_HEADER: Final = (
     "Facts you saved with the remember tool (to drop one, call forget with its id):"
 )
 
-# json.dumps(ensure_ascii=False) escapes C0 controls, quotes and backslashes,
-# but leaves these raw. Each of them is a line break for some reader (Python's
-# str.splitlines, JavaScript, many editors) or cannot be encoded, so each is
-# written as its \uXXXX escape: the line still decodes to the exact fact.
-_RAW_IN_JSON: Final = re.compile("[\x7f-\x9f\u2028\u2029\ud800-\udfff]")
-
+# json.dumps(ensure_ascii=False) escapes C0 controls, quotes and backslashes
+# and leaves every other character raw. Some of those are line breaks for
+# some reader (Python's str.splitlines, JavaScript, many editors), and some
+# are invisible to a person yet read by a model: Unicode tag characters can
+# spell out a whole hidden instruction, bidirectional controls reorder what
+# a reviewer sees (Trojan Source), zero-width and other format characters
+# hide inside words. Each of those is written as its JSON escape (\uXXXX, a
+# surrogate pair beyond U+FFFF): visible to whoever reads the prompt, still
+# inside its JSON string, and decoding to the exact stored fact.
+_INVISIBLE_CATEGORIES: Final = frozenset({"Cc", "Cf", "Cn", "Co", "Cs", "Zl", "Zp"})
+_INVISIBLE_MARKS: Final = frozenset(
+    {
+        0x034F,  # combining grapheme joiner
+        0x115F,  # Hangul choseong filler
+        0x1160,  # Hangul jungseong filler
+        0x180B, 0x180C, 0x180D, 0x180F,  # Mongolian free variation selectors
+        0x2800,  # braille pattern blank
+        0x3164,  # Hangul filler
+        0xFFA0,  # halfwidth Hangul filler
+        *range(0xFE00, 0xFE10),  # variation selectors
+        *range(0xE0100, 0xE01F0),  # variation selectors supplement
+    }
+)  # fmt: skip
+_NOT_ASCII: Final = re.compile("[^\x00-\x7e]")
 
 def render_memories(recalled: Iterable[Memory], fixed: Iterable[str] = ()) -> str:
     """Render facts as the memory block of a prompt.
@@ -36,8 +56,12 @@ def render_memories(recalled: Iterable[Memory], fixed: Iterable[str] = ()) -> st
     a fact contains (newlines, line or paragraph separators, quotes,
     something that looks like another entry or an id), it stays inside its
     own JSON string, so it cannot forge a second entry or an id. Non-ASCII
-    text is kept readable; only characters some reader treats as a line break
-    are escaped.
+    text is kept readable; characters some reader treats as a line break,
+    and characters a person cannot see (format characters such as Unicode
+    tags, bidirectional controls and zero-width characters, variation
+    selectors, fillers, unassigned and private-use code points) are written
+    as their JSON escapes, so the block shows the model nothing a person
+    reviewing it cannot see, and each line still decodes to the exact fact.
 
     Args:
         recalled: Facts from `MemoryStore.recall`, shown with their ids so
@@ -88,5 +112,20 @@ def _recalled_line(index: int, memory: object) -> str:
 
 
 def _line(entry: dict[str, str]) -> str:
-    text = json.dumps(entry, ensure_ascii=False)
-    return _RAW_IN_JSON.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
+    return _NOT_ASCII.sub(_visible, json.dumps(entry, ensure_ascii=False))
+
+
+def _visible(match: re.Match[str]) -> str:
+    char = match.group()
+    return _escape(char) if _is_hidden(char) else char
+
+
+@functools.lru_cache(maxsize=4096)
+def _is_hidden(char: str) -> bool:
+    return unicodedata.category(char) in _INVISIBLE_CATEGORIES or ord(char) in _INVISIBLE_MARKS
+
+
+def _escape(char: str) -> str:
+    # json.dumps with its default ensure_ascii writes exactly the escape a
+    # JSON reader turns back into this character.
+    return json.dumps(char)[1:-1]
