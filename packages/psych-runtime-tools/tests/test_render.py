@@ -213,7 +213,11 @@ def test_smuggled_ascii_shows_as_escapes_a_reader_can_see() -> None:
 
 
 def test_visible_text_is_left_as_it_is() -> None:
-    content = "wohnt in M\u00fcnchen \U0001f3e0, \u6771\u4eac, \u05e9\u05dc\u05d5\u05dd, \U0001f44d\U0001f3fd \u2019q\u2019"
+    # German, an emoji, Japanese, Hebrew, a skin-tone emoji, typographic quotes.
+    content = (
+        "wohnt in M\u00fcnchen \U0001f3e0, \u6771\u4eac, \u05e9\u05dc\u05d5\u05dd, "
+        "\U0001f44d\U0001f3fd \u2019q\u2019"
+    )
     block = render_memories([fact("m1", content)])
     assert content in block
 
