@@ -207,8 +207,8 @@ def test_smuggled_ascii_shows_as_escapes_a_reader_can_see() -> None:
     line = render_memories([fact("m1", content)]).splitlines()[-1]
     assert line == (
         '{"id": "m1", "fact": "likes tea'
-         "\\udb40\\udc49\\udb40\\udc47\\udb40\\udc4e\\udb40\\udc4f\\udb40\\udc52\\udb40\\udc45"
-         '"}'
+        "\\udb40\\udc49\\udb40\\udc47\\udb40\\udc4e\\udb40\\udc4f\\udb40\\udc52\\udb40\\udc45"
+        '"}'
     )
 
 

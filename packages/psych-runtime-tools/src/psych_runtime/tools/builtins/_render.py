@@ -48,6 +48,7 @@ _INVISIBLE_MARKS: Final = frozenset(
 )  # fmt: skip
 _NOT_ASCII: Final = re.compile("[^\x00-\x7e]")
 
+
 def render_memories(recalled: Iterable[Memory], fixed: Iterable[str] = ()) -> str:
     """Render facts as the memory block of a prompt.
 
