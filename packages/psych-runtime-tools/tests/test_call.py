@@ -17,7 +17,13 @@ from psych_runtime.memory.port import (
     MemoryStore,
     Scope,
 )
-from psych_runtime.tools.builtins import MemoryTools, ToolResult, UnknownToolError, memory_tools
+from psych_runtime.tools.builtins import (
+    DEFAULT_MAX_FACT_LENGTH,
+    MemoryTools,
+    ToolResult,
+    UnknownToolError,
+    memory_tools,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -124,9 +130,22 @@ async def test_remember_always_adds(memory: InProcessMemory, tools: MemoryTools)
 async def test_remember_accepts_content_at_the_length_limit(
     memory: InProcessMemory, tools: MemoryTools
 ) -> None:
-    result = await tools.call("remember", {"content": "x" * MAX_CONTENT_LENGTH})
+    result = await tools.call("remember", {"content": "x" * DEFAULT_MAX_FACT_LENGTH})
     assert result.is_error is False
-    assert len(await memory.recall("acme", "u1")) == 1
+    unlimited = memory_tools(memory, scope="acme", end_user_id="u1", max_fact_length=None)
+    result = await unlimited.call("remember", {"content": "x" * MAX_CONTENT_LENGTH})
+    assert result.is_error is False
+    assert len(await memory.recall("acme", "u1")) == 2
+
+
+async def test_without_a_cap_of_its_own_the_ports_limit_still_holds(
+    memory: InProcessMemory,
+) -> None:
+    unlimited = memory_tools(memory, scope="acme", end_user_id="u1", max_fact_length=None)
+    result = await unlimited.call("remember", {"content": LONG})
+    message = payload(result)["error"]
+    assert f"'content' must be at most {MAX_CONTENT_LENGTH} characters (got 4097)" in message
+    assert await memory.recall("acme", "u1") == ()
 
 
 async def test_forget_deletes_by_id_once(memory: InProcessMemory, tools: MemoryTools) -> None:
@@ -185,7 +204,8 @@ BAD_REMEMBER: list[tuple[object, str]] = [
     ({"content": {"fact": PERSONAL}}, "'content' must be a string, not an object"),
     ({"content": ""}, "'content' must not be empty"),
     ({"content": " \n\t "}, "'content' must not be only whitespace"),
-    ({"content": LONG}, f"at most {MAX_CONTENT_LENGTH} characters"),
+    ({"content": LONG}, f"at most {DEFAULT_MAX_FACT_LENGTH} characters (got 4097)"),
+    ({"content": "x" * (DEFAULT_MAX_FACT_LENGTH + 1)}, "save a shorter fact"),
     ({"content": PERSONAL + "\x00"}, "control character"),
     ({"content": PERSONAL + "\x1b[2J"}, "control character"),
     ({"content": PERSONAL + "\x85"}, "control character"),

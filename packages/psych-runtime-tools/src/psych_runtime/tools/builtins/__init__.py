@@ -22,14 +22,27 @@ from ._refusals import (
     memory_full,
     refusal,
 )
-from ._render import render_memories
+from ._render import MIN_PROMPT_CHARS, render_memories
 from ._spec import ToolResult, ToolSpec
-from ._tools import FORGET, REMEMBER, MemoryTools, UnknownToolError, memory_tools
+from ._tools import (
+    DEFAULT_MAX_FACT_LENGTH,
+    DEFAULT_MAX_FACTS,
+    DEFAULT_MAX_PROMPT_CHARS,
+    FORGET,
+    REMEMBER,
+    MemoryTools,
+    UnknownToolError,
+    memory_tools,
+)
 from ._version import __version__ as __version__
 
 __all__ = [
+    "DEFAULT_MAX_FACTS",
+    "DEFAULT_MAX_FACT_LENGTH",
+    "DEFAULT_MAX_PROMPT_CHARS",
     "FORGET",
     "KEY_ARGUMENTS",
+    "MIN_PROMPT_CHARS",
     "REMEMBER",
     "MemoryTools",
     "RefusedCallError",
