@@ -13,7 +13,14 @@ from hypothesis import strategies as st
 
 from psych_runtime.memory.inproc import InProcessMemory
 from psych_runtime.memory.port import Memory, MemoryKey
-from psych_runtime.tools.builtins import MIN_PROMPT_CHARS, memory_tools, render_memories
+from psych_runtime.tools.builtins import (
+    DEFAULT_MAX_FACT_LENGTH,
+    DEFAULT_MAX_FACTS,
+    DEFAULT_MAX_PROMPT_CHARS,
+    MIN_PROMPT_CHARS,
+    memory_tools,
+    render_memories,
+)
 
 KEY = MemoryKey("acme", "u1")
 NOTE = re.compile(
@@ -147,3 +154,13 @@ async def test_prompt_uses_the_bound_budget_unless_told_otherwise(anyio_backend:
         await tools.prompt(max_chars=10)
     unbounded = memory_tools(memory, scope="acme", end_user_id="u1", max_prompt_chars=None)
     assert await unbounded.prompt() == render_memories(recalled)
+
+
+def test_the_sizes_the_documentation_gives() -> None:
+    # docs/tools.md quotes these figures; they change only with the texts.
+    assert MIN_PROMPT_CHARS == 361
+    full = [fact("0" * 32, "x" * DEFAULT_MAX_FACT_LENGTH) for _ in range(DEFAULT_MAX_FACTS)]
+    assert len(render_memories(full)) == 18_033 <= DEFAULT_MAX_PROMPT_CHARS
+    hidden = [fact("0" * 32, "\U000e0041" * DEFAULT_MAX_FACT_LENGTH)] * DEFAULT_MAX_FACTS
+    assert len(render_memories(hidden)) == 183_033
+    assert len(render_memories(hidden, max_chars=DEFAULT_MAX_PROMPT_CHARS)) <= 20_000
