@@ -23,10 +23,11 @@ from psych_runtime.tools.builtins import (
 )
 
 KEY = MemoryKey("acme", "u1")
-NOTE = re.compile(
-    r"Not shown, to keep this block within its size limit \(still stored\): "
-    r"facts from the application: (\d+); older saved facts: (\d+)\."
+NOTE_TEXT = (
+    "Not shown, to keep this block within its size limit (still stored): "
+    "facts from the application: {}; older saved facts: {}."
 )
+NOTE = re.compile(re.escape(NOTE_TEXT).replace(r"\{\}", r"(\d+)"))
 
 
 def fact(memory_id: str, content: str) -> Memory:
@@ -134,9 +135,31 @@ def test_any_facts_any_budget(
     left_out = (len(fixed) - len(shown_fixed), len(recalled) - len(shown_saved))
     assert note == (None if left_out == (0, 0) else left_out)
     # Nothing left out that would have fitted: with no budget, it all fits
-    # exactly when the budgeted block shows it all.
+    # exactly when the budgeted block shows it all, and one more fact of
+    # either section (the next fixed one, the next older saved one) would
+    # have taken the block past the budget.
     unlimited = render_memories(facts, fixed)
     assert (block == unlimited) is (len(unlimited) <= budget)
+    if left_out[0]:
+        more = with_note(
+            facts[len(facts) - len(shown_saved) :],
+            fixed[: len(shown_fixed) + 1],
+            (left_out[0] - 1, left_out[1]),
+        )
+        assert len(more) > budget
+    if left_out[1]:
+        more = with_note(
+            facts[len(facts) - len(shown_saved) - 1 :],
+            fixed[: len(shown_fixed)],
+            (left_out[0], left_out[1] - 1),
+        )
+        assert len(more) > budget
+
+
+def with_note(shown_facts: list[Memory], shown_fixed: list[str], left: tuple[int, int]) -> str:
+    """The block showing these facts, with the note of what it leaves out."""
+    block = render_memories(shown_facts, shown_fixed)
+    return block if left == (0, 0) else block + "\n" + NOTE_TEXT.format(*left)
 
 
 @pytest.mark.anyio

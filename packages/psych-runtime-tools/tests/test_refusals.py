@@ -42,7 +42,7 @@ SHIFT = 0x10000
 FAR = settings(
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
     deadline=None,
-    max_examples=150,
+    max_examples=100,
 )
 
 

@@ -82,9 +82,10 @@ def render_memories(
     reviewing it cannot see, and each line still decodes to the exact fact.
 
     With ``max_chars``, the block is at most that many characters. Facts are
-    shown whole or not at all: the fixed facts first, as many as fit in the
-    order given; then, in the room left, the newest recalled facts (the end
-    of ``recalled``), still oldest first among themselves. When any fact is
+    shown whole or not at all: the fixed facts first, from the first on, up
+    to the first that does not fit; then, in the room left, the newest
+    recalled facts (the end of ``recalled``), back to the first that does
+    not fit, still oldest first among themselves. When any fact is
     left out, a last line that is not a JSON object says how many of each
     kind. Newest rather than oldest, because a fact the model just saved
     must show on the next turn (or it would save it again), and a newer fact
@@ -157,9 +158,11 @@ def check_budget(max_chars: object, argument: str) -> int | None:
 def _fit(
     fixed_lines: list[str], recalled_lines: list[str], max_chars: int
 ) -> tuple[list[str], list[str], tuple[int, int]]:
-    # Called when not everything fits, so the note is always shown. With the
-    # note there, one more fact costs more than the digit it may save in the
-    # note, so the first fact that does not fit ends its section.
+    # Called when not everything fits, so the note is always shown. Each
+    # section shows a run without gaps (a prefix of the fixed facts, the
+    # newest saved ones), so what is left out is exactly what the note says:
+    # the last fixed facts and the oldest saved ones. The first fact that
+    # does not fit therefore ends its section.
     all_fixed, all_saved = len(fixed_lines), len(recalled_lines)
     used = len(HEADER)
     shown_fixed = 0
@@ -194,8 +197,8 @@ def _size(fixed_lines: list[str], recalled_lines: list[str]) -> int:
 
 
 def _note_size(left_fixed: int, left_saved: int) -> int:
-    if left_fixed == left_saved == 0:
-        return 0
+    # Counted even for (0, 0), the candidate that shows everything: that one
+    # is already known not to fit, and counting a note only makes it fit less.
     return 1 + len(OMITTED.format(fixed=left_fixed, saved=left_saved))
 
 
