@@ -42,7 +42,7 @@ SHIFT = 0x10000
 FAR = settings(
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
     deadline=None,
-    max_examples=100,
+    max_examples=75,
 )
 
 
@@ -211,3 +211,31 @@ def test_check_arguments_serves_any_closed_schema() -> None:
     with pytest.raises(RefusedCallError, match="send no arguments"):
         check_arguments(recall, {"Jane Roe": 1})
     assert check_arguments(FORGET, {"memory_id": "m1"}) == {"memory_id": "m1"}
+
+
+def test_a_key_repeated_inside_a_value_of_any_type_is_refused_without_naming_it() -> None:
+    # The memory tools take strings only; a schema with an object property
+    # shows the rule for values that pass their type check.
+    spec = ToolSpec(
+        "t",
+        "d",
+        {
+            "type": "object",
+            "properties": {"settings": {"type": "object"}},
+            "required": ["settings"],
+            "additionalProperties": False,
+        },
+    )
+    assert check_arguments(spec, '{"settings": {"a": [{"b": 1}]}}') == {
+        "settings": {"a": [{"b": 1}]}
+    }
+    personal = "Jane Roe, SSN 078-05-1120"
+    deep = '{"settings": {"a": [{"' + personal + '": 1, "' + personal + '": 2}]}}'
+    with pytest.raises(RefusedCallError) as caught:
+        check_arguments(spec, deep)
+    assert caught.value.reason == (
+        "a key appears more than once inside the value of 'settings'; send it once"
+    )
+    # Deep nesting is walked too.
+    nested = '{"settings": ' + "[" * 500 + "]" * 500 + "}"
+    assert check_arguments(spec, nested)["settings"] is not None

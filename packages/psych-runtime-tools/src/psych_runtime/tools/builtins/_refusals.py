@@ -85,12 +85,15 @@ def check_arguments(spec: ToolSpec, arguments: object) -> dict[str, object]:
     """Check a call's arguments against a tool's schema and return them.
 
     The checks are those every memory tool shares: the arguments are a JSON
-    object (a mapping, or JSON text of one), with no key repeated at any
-    depth, no NaN or Infinity, string names only, none of `KEY_ARGUMENTS`,
-    no name outside the schema's ``properties``, every ``required`` name
-    present, and every value of the JSON type its property declares
-    (``"string"``). What a value must hold beyond its type is the tool's to
-    check (see `check_content`).
+    object (a mapping, or JSON text of one) with no NaN or Infinity, string
+    names only, none of `KEY_ARGUMENTS`, no name outside the schema's
+    ``properties``, every ``required`` name present, and every value whose
+    property is declared ``"type": "string"`` a string (the only type the
+    memory tools use). In JSON text no key may appear twice in one object,
+    at any depth: a repeated argument name is refused as such, and a key
+    repeated inside a value is refused without calling it an argument. What
+    a value must hold beyond its type is the tool's to check (see
+    `check_content`).
 
     Args:
         spec: The tool called; its ``input_schema`` is a closed object schema.
@@ -128,6 +131,8 @@ def check_arguments(spec: ToolSpec, arguments: object) -> dict[str, object]:
     for name, value in checked.items():
         if properties[name].get("type") == "string" and not isinstance(value, str):
             _refuse(f"{name!r} must be a string, not {_json_type(value)}")
+        if _holds_repeats(value):
+            _refuse(f"a key appears more than once inside the value of {name!r}; send it once")
     return checked
 
 
@@ -224,6 +229,20 @@ def _keep_repeats(pairs: list[tuple[str, object]]) -> dict[str, object]:
     marked = _RepeatedKeys(result)
     marked.repeated = frozenset(repeated)
     return marked
+
+
+def _holds_repeats(value: object) -> bool:
+    # Iterative: a value may be nested as deeply as the JSON parser allows.
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, _RepeatedKeys):
+            return True
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
 
 
 def _repeated(names: Iterable[str], properties: Mapping[str, object]) -> str:
