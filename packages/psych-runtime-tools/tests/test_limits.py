@@ -150,8 +150,10 @@ def test_the_smallest_limits_are_accepted() -> None:
 async def test_a_full_memory_refuses_and_evicts_nothing(anyio_backend: str) -> None:
     memory = InProcessMemory()
     tools = memory_tools(memory, scope="acme", end_user_id="u1", max_facts=3)
-    ids = [json.loads((await tools.call("remember", {"content": f"fact {i}"})).content)["id"]
-           for i in range(3)]  # fmt: skip
+    ids = []
+    for i in range(3):
+        result = await tools.call("remember", {"content": f"fact {i}"})
+        ids.append(json.loads(result.content)["id"])
     before = await memory.recall("acme", "u1")
     assert [fact.id for fact in before] == ids
     result = await tools.call("remember", {"content": PERSONAL})

@@ -177,8 +177,8 @@ def memory_full(max_facts: int) -> str:
         first or to tell the user.
     """
     return (
-        f"memory is full: this user already has {max_facts} saved facts, the most "
-        "allowed. Nothing was evicted. To save this fact, first call forget with the "
+        f"memory is full: this user already has the most saved facts allowed "
+        f"({max_facts}). Nothing was evicted. To save this fact, first call forget with the "
         "id of a saved fact that is outdated or no longer needed; if none is, tell "
         "the user that memory is full"
     )
