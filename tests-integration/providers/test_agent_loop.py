@@ -386,3 +386,58 @@ async def test_a_model_that_never_answers_is_stopped(provider: Provider) -> None
     with pytest.raises(loop.TooManyStepsError):
         await provider.turn(client, agent, provider.history(), "hello")
     assert len(model.requests) == loop.MAX_STEPS
+
+
+async def test_a_model_at_the_cap_forgets_an_outdated_fact_to_make_room(
+    provider: Provider,
+) -> None:
+    memory = InProcessMemory()
+    outdated = await memory.remember("acme", "u1", "ships to the old Hamburg address")
+    kept = await memory.remember("acme", "u1", BERLIN)
+    tools = memory_tools(memory, scope="acme", end_user_id="u1", max_facts=2)
+    agent = loop.Agent(tools, "scripted-model")
+    rambling = "the user's whole delivery history, " * 20
+
+    def try_to_remember(body: Body) -> Body:
+        provider.check_tools(body)
+        assert sorted(fact for _, fact in ids_of(provider.system(body))) == sorted(
+            [outdated.content, kept.content]
+        )
+        return provider.calls(
+            ("call_1", "remember", {"content": EUR}),
+            ("call_2", "remember", {"content": rambling}),
+        )
+
+    def make_room(body: Body) -> Body:
+        full, too_long = provider.results(body)
+        assert [full.call_id, too_long.call_id] == ["call_1", "call_2"]
+        for result in (full, too_long):
+            assert result.is_error in (True, None)
+            assert EUR not in result.data["error"]
+            assert "delivery history" not in result.data["error"]
+        assert "memory is full" in full.data["error"]
+        assert "save a shorter fact" in too_long.data["error"]
+        # The model reads the id of the outdated fact from its prompt.
+        (old_id,) = [
+            memory_id
+            for memory_id, fact in ids_of(provider.system(body))
+            if fact == outdated.content
+        ]
+        return provider.calls(
+            ("call_3", "forget", {"memory_id": old_id}),
+            ("call_4", "remember", {"content": EUR}),
+        )
+
+    def after_making_room(body: Body) -> Body:
+        forgotten, remembered = provider.results(body)
+        assert forgotten.data == {"forgotten": True}
+        assert remembered.data["remembered"] is True
+        assert remembered.is_error in (False, None)
+        return provider.text("Noted: invoices in EUR; I dropped the old Hamburg address.")
+
+    model = ScriptedModel(provider, [try_to_remember, make_room, after_making_room])
+    client = provider.client(httpx2.MockTransport(model.handle))
+    answer = await provider.turn(client, agent, provider.history(), "Bill me in EUR from now on.")
+    assert answer == "Noted: invoices in EUR; I dropped the old Hamburg address."
+    assert [fact.content for fact in await memory.recall("acme", "u1")] == [BERLIN, EUR]
+    assert model.script == []

@@ -17,7 +17,13 @@ from psych_runtime.memory.port import (
     MemoryStore,
     Scope,
 )
-from psych_runtime.tools.builtins import MemoryTools, ToolResult, UnknownToolError, memory_tools
+from psych_runtime.tools.builtins import (
+    DEFAULT_MAX_FACT_LENGTH,
+    MemoryTools,
+    ToolResult,
+    UnknownToolError,
+    memory_tools,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -124,9 +130,22 @@ async def test_remember_always_adds(memory: InProcessMemory, tools: MemoryTools)
 async def test_remember_accepts_content_at_the_length_limit(
     memory: InProcessMemory, tools: MemoryTools
 ) -> None:
-    result = await tools.call("remember", {"content": "x" * MAX_CONTENT_LENGTH})
+    result = await tools.call("remember", {"content": "x" * DEFAULT_MAX_FACT_LENGTH})
     assert result.is_error is False
-    assert len(await memory.recall("acme", "u1")) == 1
+    unlimited = memory_tools(memory, scope="acme", end_user_id="u1", max_fact_length=None)
+    result = await unlimited.call("remember", {"content": "x" * MAX_CONTENT_LENGTH})
+    assert result.is_error is False
+    assert len(await memory.recall("acme", "u1")) == 2
+
+
+async def test_without_a_cap_of_its_own_the_ports_limit_still_holds(
+    memory: InProcessMemory,
+) -> None:
+    unlimited = memory_tools(memory, scope="acme", end_user_id="u1", max_fact_length=None)
+    result = await unlimited.call("remember", {"content": LONG})
+    message = payload(result)["error"]
+    assert f"'content' must be at most {MAX_CONTENT_LENGTH} characters (got 4097)" in message
+    assert await memory.recall("acme", "u1") == ()
 
 
 async def test_forget_deletes_by_id_once(memory: InProcessMemory, tools: MemoryTools) -> None:
@@ -165,16 +184,18 @@ async def test_forget_of_an_unknown_id_is_an_answer_not_an_error(tools: MemoryTo
 # Bad arguments: an error result saying what to fix, and nothing changed.
 
 LONG = "x" * (MAX_CONTENT_LENGTH + 1)
+UNKNOWN_NAME = "an argument not in the tool's schema was given; send only 'content'"
 
 BAD_REMEMBER: list[tuple[object, str]] = [
     ({}, "missing required argument 'content'"),
-    ({"text": PERSONAL}, "unexpected argument 'text'"),
+    ({"text": PERSONAL}, UNKNOWN_NAME),
     ({"content": PERSONAL, "end_user_id": "u2"}, "'end_user_id' cannot be passed"),
     ({"content": PERSONAL, "tenant": "other"}, "'tenant' cannot be passed"),
     ({"content": PERSONAL, "scope": "other"}, "'scope' cannot be passed"),
     ({"content": PERSONAL, "user_id": "u2"}, "'user_id' cannot be passed"),
-    ({"content": PERSONAL, "a": 1, "b": 2, "c": 3, "d": 4}, "'a', 'b', 'c' and 1 more"),
-    ({"content": PERSONAL, "k" * 100: 1}, "'" + "k" * 40 + "'..."),
+    ({"content": PERSONAL, "a": 1, "b": 2, "c": 3, "d": 4}, UNKNOWN_NAME),
+    ({"content": "likes tea", PERSONAL: 1}, UNKNOWN_NAME),
+    ({"content": "likes tea", "end_user_id": "u2", "tenant": "x"}, "'end_user_id' and 'tenant'"),
     ({"content": PERSONAL, 1: "x"}, "argument names must be strings"),
     ({"content": None}, "'content' must be a string, not null"),
     ({"content": 42}, "'content' must be a string, not a number"),
@@ -183,7 +204,8 @@ BAD_REMEMBER: list[tuple[object, str]] = [
     ({"content": {"fact": PERSONAL}}, "'content' must be a string, not an object"),
     ({"content": ""}, "'content' must not be empty"),
     ({"content": " \n\t "}, "'content' must not be only whitespace"),
-    ({"content": LONG}, f"at most {MAX_CONTENT_LENGTH} characters"),
+    ({"content": LONG}, f"at most {DEFAULT_MAX_FACT_LENGTH} characters (got 4097)"),
+    ({"content": "x" * (DEFAULT_MAX_FACT_LENGTH + 1)}, "save a shorter fact"),
     ({"content": PERSONAL + "\x00"}, "control character"),
     ({"content": PERSONAL + "\x1b[2J"}, "control character"),
     ({"content": PERSONAL + "\x85"}, "control character"),
@@ -191,8 +213,13 @@ BAD_REMEMBER: list[tuple[object, str]] = [
     ('{"content": "' + PERSONAL + '"', "not valid JSON"),
     ("", "not valid JSON"),
     ("[" * 100_000, "not valid JSON"),
-    ('{"content": NaN}', "NaN is not valid JSON"),
-    ('{"content": "a", "content": "' + PERSONAL + '"}', "'content' appears more than once"),
+    ('{"content": NaN}', "NaN or Infinity, which JSON does not allow"),
+    ('{"content": -Infinity}', "NaN or Infinity, which JSON does not allow"),
+    ('{"content": "a", "content": "' + PERSONAL + '"}', "argument 'content' appears more"),
+    ('{"tenant": "a", "tenant": "' + PERSONAL + '"}', "argument 'tenant' appears more than once"),
+    ('{"content": "a", "' + PERSONAL + '": 1, "' + PERSONAL + '": 2}', "an argument name appears"),
+    ('{"content": {"' + PERSONAL + '": 1, "' + PERSONAL + '": 2}}', "not an object"),
+    ('{"content": [{"' + PERSONAL + '": 1, "' + PERSONAL + '": 2}]}', "not an array"),
     ('"' + PERSONAL + '"', "must be a JSON object"),
     ("[]", "must be a JSON object"),
     ("null", "not null"),
@@ -220,13 +247,32 @@ async def test_bad_remember_arguments_give_an_error_result_and_store_nothing(
 
 BAD_FORGET: list[tuple[object, str]] = [
     ({}, "missing required argument 'memory_id'"),
-    ({"id": "m1"}, "unexpected argument 'id'"),
+    ({"id": "m1"}, "an argument not in the tool's schema was given; send only 'memory_id'"),
+    ({"memory_id": "m1", PERSONAL: "m2"}, "send only 'memory_id'"),
+    ('{"memory_id": {"' + PERSONAL + '": 1, "' + PERSONAL + '": 2}}', "not an object"),
     ({"memory_id": "m1", "end_user_id": "u2"}, "'end_user_id' cannot be passed"),
     ({"memory_id": 7}, "'memory_id' must be a string, not a number"),
     ({"memory_id": None}, "'memory_id' must be a string, not null"),
     ('{"memory_id": ', "not valid JSON"),
     ("[1]", "must be a JSON object"),
 ]
+
+
+async def test_a_key_repeated_inside_a_value_is_neither_echoed_nor_called_an_argument(
+    memory: InProcessMemory, tools: MemoryTools
+) -> None:
+    # Reported against the previous wording, which named the nested key.
+    personal = "Jane Roe, SSN 078-05-1120"
+    arguments = json.dumps({"content": {personal: 1}})[:-2] + f', "{personal}": 2}}}}'
+    assert arguments.count(personal) == 2
+    result = await tools.call("remember", arguments)
+    message = payload(result)["error"]
+    assert message == (
+        "remember was not run: 'content' must be a string, not an object. Nothing was changed."
+    )
+    for part in ("Jane", "Roe", "SSN", "078-05-1120"):
+        assert part not in message
+    assert await memory.recall("acme", "u1") == ()
 
 
 @pytest.mark.parametrize(("arguments", "expected"), BAD_FORGET)
@@ -241,6 +287,7 @@ async def test_bad_forget_arguments_give_an_error_result_and_delete_nothing(
     message = payload(result)["error"]
     assert expected in message
     assert message.startswith("forget was not run: ")
+    assert PERSONAL not in message
     assert await snapshot(memory) == before
 
 

@@ -15,13 +15,23 @@ from psych_runtime.tools.builtins import MemoryTools, memory_tools, render_memor
 
 def test_all_is_exactly_the_public_api() -> None:
     assert sorted(builtins_.__all__) == [
+        "DEFAULT_MAX_FACTS",
+        "DEFAULT_MAX_FACT_LENGTH",
+        "DEFAULT_MAX_PROMPT_CHARS",
         "FORGET",
+        "KEY_ARGUMENTS",
+        "MIN_PROMPT_CHARS",
         "MemoryTools",
         "REMEMBER",
+        "RefusedCallError",
         "ToolResult",
         "ToolSpec",
         "UnknownToolError",
+        "check_arguments",
+        "check_content",
+        "memory_full",
         "memory_tools",
+        "refusal",
         "render_memories",
     ]
     for name in builtins_.__all__:
@@ -42,11 +52,26 @@ def test_leaf_is_typed_and_versioned() -> None:
 
 def test_memory_tools_requires_scope_and_end_user_as_keywords_without_defaults() -> None:
     params = inspect.signature(memory_tools).parameters
-    assert list(params) == ["memory", "scope", "end_user_id"]
+    assert list(params) == [
+        "memory",
+        "scope",
+        "end_user_id",
+        "max_facts",
+        "max_fact_length",
+        "max_prompt_chars",
+    ]
     assert params["memory"].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
     for name in ("scope", "end_user_id"):
         assert params[name].kind is inspect.Parameter.KEYWORD_ONLY, name
         assert params[name].default is inspect.Parameter.empty, name
+    limits = {
+        "max_facts": builtins_.DEFAULT_MAX_FACTS,
+        "max_fact_length": builtins_.DEFAULT_MAX_FACT_LENGTH,
+        "max_prompt_chars": builtins_.DEFAULT_MAX_PROMPT_CHARS,
+    }
+    for name, default in limits.items():
+        assert params[name].kind is inspect.Parameter.KEYWORD_ONLY, name
+        assert params[name].default == default, name
 
 
 def test_call_and_prompt_are_async_and_document_what_they_raise() -> None:
@@ -55,6 +80,15 @@ def test_call_and_prompt_are_async_and_document_what_they_raise() -> None:
         assert "Raises:" in (method.__doc__ or "")
     for function in (memory_tools, render_memories):
         assert "Raises:" in (function.__doc__ or "")
-    assert list(inspect.signature(render_memories).parameters) == ["recalled", "fixed"]
-    assert inspect.signature(render_memories).parameters["fixed"].default == ()
-    assert inspect.signature(MemoryTools.prompt).parameters["fixed"].default == ()
+    # Backward compatible: what was positional stays so, the rest is keyword-only.
+    render = inspect.signature(render_memories).parameters
+    assert list(render) == ["recalled", "fixed", "max_chars"]
+    assert render["fixed"].default == ()
+    assert render["max_chars"].kind is inspect.Parameter.KEYWORD_ONLY
+    assert render["max_chars"].default is None
+    prompt = inspect.signature(MemoryTools.prompt).parameters
+    assert list(prompt) == ["self", "fixed", "max_chars"]
+    assert prompt["fixed"].default == ()
+    assert prompt["max_chars"].kind is inspect.Parameter.KEYWORD_ONLY
+    call = inspect.signature(MemoryTools.call).parameters
+    assert list(call) == ["self", "name", "arguments"]

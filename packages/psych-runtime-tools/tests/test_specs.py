@@ -11,7 +11,13 @@ from jsonschema import Draft202012Validator
 
 from psych_runtime.memory.inproc import InProcessMemory
 from psych_runtime.memory.port import MAX_CONTENT_LENGTH
-from psych_runtime.tools.builtins import FORGET, REMEMBER, ToolSpec, memory_tools
+from psych_runtime.tools.builtins import (
+    DEFAULT_MAX_FACT_LENGTH,
+    FORGET,
+    REMEMBER,
+    ToolSpec,
+    memory_tools,
+)
 
 SPECS = (REMEMBER, FORGET)
 # The subset of JSON Schema every provider accepts for these tools.
@@ -76,25 +82,43 @@ def test_schema_arguments() -> None:
     assert list(FORGET.input_schema["properties"]) == ["memory_id"]
 
 
-def test_remember_content_carries_the_ports_length_limit() -> None:
+def test_remember_content_carries_the_bound_length_limit() -> None:
     content = REMEMBER.input_schema["properties"]["content"]
     assert content == {
         "type": "string",
         "description": content["description"],
         "minLength": 1,
-        "maxLength": MAX_CONTENT_LENGTH,
+        "maxLength": DEFAULT_MAX_FACT_LENGTH,
     }
+    assert f"at most {DEFAULT_MAX_FACT_LENGTH} characters" in REMEMBER.description
     validator = Draft202012Validator(REMEMBER.input_schema)
-    assert validator.is_valid({"content": "x" * MAX_CONTENT_LENGTH})
-    assert not validator.is_valid({"content": "x" * (MAX_CONTENT_LENGTH + 1)})
+    assert validator.is_valid({"content": "x" * DEFAULT_MAX_FACT_LENGTH})
+    assert not validator.is_valid({"content": "x" * (DEFAULT_MAX_FACT_LENGTH + 1)})
     assert not validator.is_valid({"content": ""})
     assert not validator.is_valid({"content": "x", "end_user_id": "u2"})
+
+
+@pytest.mark.parametrize(("bound", "stated"), [(120, 120), (None, MAX_CONTENT_LENGTH)])
+def test_tools_bound_with_another_length_state_it_to_the_model(
+    bound: int | None, stated: int
+) -> None:
+    tools = memory_tools(InProcessMemory(), scope="a", end_user_id="u", max_fact_length=bound)
+    remember, forget = tools.specs
+    assert forget == FORGET
+    assert remember.name == "remember"
+    assert remember.input_schema["properties"]["content"]["maxLength"] == stated
+    assert f"at most {stated} characters" in remember.description
+    assert remember.input_schema["additionalProperties"] is False
+    default = memory_tools(InProcessMemory(), scope="a", end_user_id="u")
+    assert default.specs[0] is REMEMBER
 
 
 def test_descriptions_say_when_to_use_each_tool() -> None:
     remember = REMEMBER.description.lower()
     assert "durable" in remember
     assert "small talk" in remember
+    assert "full" in remember
+    assert "forget an outdated fact" in remember
     forget = FORGET.description.lower()
     assert "id" in forget
     assert "prompt" in forget

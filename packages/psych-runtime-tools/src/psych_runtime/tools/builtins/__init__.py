@@ -8,20 +8,51 @@ into the system prompt so the model sees the facts and their ids.
 
 The tenant and the end user are the application's choice, made once when the
 tools are bound; the model never names them.
+
+Other front ends of the same tools (an MCP server) reuse the checks and texts
+of a refused call: `check_arguments`, `check_content`, `memory_full`,
+`refusal`, `RefusedCallError` and `KEY_ARGUMENTS`.
 """
 
-from ._render import render_memories
+from ._refusals import (
+    KEY_ARGUMENTS,
+    RefusedCallError,
+    check_arguments,
+    check_content,
+    memory_full,
+    refusal,
+)
+from ._render import MIN_PROMPT_CHARS, render_memories
 from ._spec import ToolResult, ToolSpec
-from ._tools import FORGET, REMEMBER, MemoryTools, UnknownToolError, memory_tools
+from ._tools import (
+    DEFAULT_MAX_FACT_LENGTH,
+    DEFAULT_MAX_FACTS,
+    DEFAULT_MAX_PROMPT_CHARS,
+    FORGET,
+    REMEMBER,
+    MemoryTools,
+    UnknownToolError,
+    memory_tools,
+)
 from ._version import __version__ as __version__
 
 __all__ = [
+    "DEFAULT_MAX_FACTS",
+    "DEFAULT_MAX_FACT_LENGTH",
+    "DEFAULT_MAX_PROMPT_CHARS",
     "FORGET",
+    "KEY_ARGUMENTS",
+    "MIN_PROMPT_CHARS",
     "REMEMBER",
     "MemoryTools",
+    "RefusedCallError",
     "ToolResult",
     "ToolSpec",
     "UnknownToolError",
+    "check_arguments",
+    "check_content",
+    "memory_full",
     "memory_tools",
+    "refusal",
     "render_memories",
 ]

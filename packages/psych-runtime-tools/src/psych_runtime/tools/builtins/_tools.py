@@ -3,51 +3,80 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
-from typing import Final, NoReturn
+from collections.abc import Iterable
+from typing import Final, cast
 
 from psych_runtime.memory.port import (
     MAX_CONTENT_LENGTH,
-    InvalidContentError,
     MemoryKey,
     MemoryStore,
     Scope,
     memory_key,
-    validate_content,
     validate_memory_id,
 )
 
-from ._render import render_memories
+from ._loop_lock import LoopLock
+from ._refusals import RefusedCallError, check_arguments, check_content, memory_full, refusal
+from ._render import check_budget, render_memories
 from ._spec import ToolResult, ToolSpec
 
-__all__ = ["FORGET", "REMEMBER", "MemoryTools", "UnknownToolError", "memory_tools"]
+__all__ = [
+    "DEFAULT_MAX_FACTS",
+    "DEFAULT_MAX_FACT_LENGTH",
+    "DEFAULT_MAX_PROMPT_CHARS",
+    "FORGET",
+    "REMEMBER",
+    "MemoryTools",
+    "UnknownToolError",
+    "memory_tools",
+]
 
-REMEMBER: Final = ToolSpec(
-    name="remember",
-    description=(
-        "Save one durable fact about the current user so that it is known in "
-        "later conversations: a lasting preference, a standing instruction, or "
-        "a detail of their situation (for example: prefers the Berlin warehouse). "
-        "Do not save small talk, one-off requests, anything about other people, "
-        "or a fact already listed in memory. Write the fact as one short, "
-        f"self-contained statement of at most {MAX_CONTENT_LENGTH} characters. "
-        "Each call adds a new fact and returns its id."
-    ),
-    input_schema={
-        "type": "object",
-        "properties": {
-            "content": {
-                "type": "string",
-                "description": "The fact, as one short self-contained statement.",
-                "minLength": 1,
-                "maxLength": MAX_CONTENT_LENGTH,
+DEFAULT_MAX_FACTS: Final = 50
+"""How many facts one end user may hold through the tools, unless bound otherwise."""
+
+DEFAULT_MAX_FACT_LENGTH: Final = 300
+"""How many characters one fact may have through the tools, unless bound otherwise."""
+
+DEFAULT_MAX_PROMPT_CHARS: Final = 20_000
+"""How many characters `MemoryTools.prompt` may return, unless bound otherwise."""
+
+
+def _remember_spec(max_fact_length: int) -> ToolSpec:
+    return ToolSpec(
+        name="remember",
+        description=(
+            "Save one durable fact about the current user so that it is known in "
+            "later conversations: a lasting preference, a standing instruction, or "
+            "a detail of their situation (for example: prefers the Berlin warehouse). "
+            "Do not save small talk, one-off requests, anything about other people, "
+            "or a fact already listed in memory. Write the fact as one short, "
+            f"self-contained statement of at most {max_fact_length} characters. "
+            "Each call adds a new fact and returns its id. Memory holds a limited "
+            "number of facts: when it is full, the tool says so; then forget an "
+            "outdated fact first, or tell the user."
+        ),
+        input_schema={
+            "type": "object",
+            "properties": {
+                "content": {
+                    "type": "string",
+                    "description": "The fact, as one short self-contained statement.",
+                    "minLength": 1,
+                    "maxLength": max_fact_length,
+                },
             },
+            "required": ["content"],
+            "additionalProperties": False,
         },
-        "required": ["content"],
-        "additionalProperties": False,
-    },
-)
-"""The spec of the ``remember`` tool."""
+    )
+
+
+REMEMBER: Final = _remember_spec(DEFAULT_MAX_FACT_LENGTH)
+"""The spec of the ``remember`` tool, for the default `DEFAULT_MAX_FACT_LENGTH`.
+
+Tools bound with another ``max_fact_length`` give the model a spec that
+states their own limit; see `MemoryTools.specs`.
+"""
 
 FORGET: Final = ToolSpec(
     name="forget",
@@ -72,20 +101,9 @@ FORGET: Final = ToolSpec(
 )
 """The spec of the ``forget`` tool."""
 
-# The key is the application's to choose. A model that tries to pass one gets
-# a refusal that says so, rather than a generic "unexpected argument".
-_KEY_ARGUMENTS: Final = frozenset({"end_user_id", "user_id", "tenant", "scope"})
+# An unknown tool name is the application's routing bug, reported to the
+# application (not the model); a bounded prefix is enough to find it.
 _SHOWN_NAME_LENGTH: Final = 40
-_SHOWN_NAMES: Final = 3
-# bool before int: a bool is an int to isinstance, but a boolean to JSON.
-_JSON_TYPES: Final[tuple[tuple[type | tuple[type, ...], str], ...]] = (
-    (type(None), "null"),
-    (bool, "a boolean"),
-    ((int, float), "a number"),
-    (str, "a string"),
-    (Mapping, "an object"),
-    ((list, tuple), "an array"),
-)
 
 
 class UnknownToolError(LookupError):
@@ -108,26 +126,42 @@ class UnknownToolError(LookupError):
         self.name = name
 
 
-class _ArgumentError(Exception):
-    """An argument was unusable; `MemoryTools.call` turns it into an error result."""
-
-
 class MemoryTools:
     """The ``remember`` and ``forget`` tools, bound to one store and one key.
 
     Built by `memory_tools`. The tenant and the end user are fixed here by
     the application; no schema mentions them and a call that passes them is
     refused, so a model can never read or write another user's facts.
+
+    The limits (``max_facts``, ``max_fact_length``, ``max_prompt_chars``)
+    are those of `memory_tools`, checked the same way.
     """
 
-    __slots__ = ("_key", "_memory")
+    __slots__ = (
+        "_key",
+        "_lock",
+        "_max_fact_length",
+        "_max_facts",
+        "_max_prompt_chars",
+        "_memory",
+        "_remember",
+    )
 
-    def __init__(self, memory: MemoryStore, key: MemoryKey) -> None:
+    def __init__(
+        self,
+        memory: MemoryStore,
+        key: MemoryKey,
+        *,
+        max_facts: int | None = DEFAULT_MAX_FACTS,
+        max_fact_length: int | None = DEFAULT_MAX_FACT_LENGTH,
+        max_prompt_chars: int | None = DEFAULT_MAX_PROMPT_CHARS,
+    ) -> None:
         """Bind ``memory`` to ``key``; `memory_tools` builds the key from call-site arguments.
 
         Raises:
-            TypeError: ``memory`` is not a `MemoryStore` or ``key`` is not a
-                `MemoryKey`.
+            TypeError: ``memory`` is not a `MemoryStore`, ``key`` is not a
+                `MemoryKey`, or a limit is neither ``None`` nor an `int`.
+            ValueError: A limit is out of range (see `memory_tools`).
         """
         if not isinstance(memory, MemoryStore):
             raise TypeError(f"memory must be a MemoryStore, not {type(memory).__qualname__}")
@@ -135,6 +169,13 @@ class MemoryTools:
             raise TypeError(f"key must be a MemoryKey, not {type(key).__qualname__}")
         self._memory = memory
         self._key = key
+        self._max_facts = _limit(max_facts, "max_facts", None)
+        self._max_fact_length = _limit(max_fact_length, "max_fact_length", MAX_CONTENT_LENGTH)
+        self._max_prompt_chars = check_budget(max_prompt_chars, "max_prompt_chars")
+        length = MAX_CONTENT_LENGTH if self._max_fact_length is None else self._max_fact_length
+        self._remember = REMEMBER if length == DEFAULT_MAX_FACT_LENGTH else _remember_spec(length)
+        # Counting and adding must be one step for the tasks of this toolset.
+        self._lock = LoopLock()
 
     @property
     def key(self) -> MemoryKey:
@@ -147,9 +188,28 @@ class MemoryTools:
         return self._memory
 
     @property
+    def max_facts(self) -> int | None:
+        """The most facts the end user may hold before ``remember`` refuses; ``None``: no cap."""
+        return self._max_facts
+
+    @property
+    def max_fact_length(self) -> int | None:
+        """The most characters of one fact; ``None``: the port's `MAX_CONTENT_LENGTH`."""
+        return self._max_fact_length
+
+    @property
+    def max_prompt_chars(self) -> int | None:
+        """The most characters `prompt` returns by default; ``None``: no budget."""
+        return self._max_prompt_chars
+
+    @property
     def specs(self) -> tuple[ToolSpec, ToolSpec]:
-        """The specs to give the model: ``remember``, then ``forget``."""
-        return (REMEMBER, FORGET)
+        """The specs to give the model: ``remember``, then ``forget``.
+
+        ``remember`` states this toolset's ``max_fact_length`` in its
+        description and schema (`REMEMBER` for the default).
+        """
+        return (self._remember, FORGET)
 
     def __repr__(self) -> str:
         return f"MemoryTools(memory={type(self._memory).__qualname__}, key={self._key!r})"
@@ -161,8 +221,16 @@ class MemoryTools:
         true) that says what to fix, and nothing is stored or deleted: missing
         or extra arguments (the tenant and end user included), a wrong type,
         malformed JSON, duplicate keys, content that is empty, only
-        whitespace, longer than `MAX_CONTENT_LENGTH` or holding control
-        characters. The error text never repeats the model's values.
+        whitespace, longer than ``max_fact_length`` (or the port's
+        `MAX_CONTENT_LENGTH`) or holding control characters. A ``remember``
+        while the end user already holds ``max_facts`` facts is refused the
+        same way: memory is full, nothing is stored and nothing is evicted,
+        and the text asks the model to forget an outdated fact first or to
+        tell the user. The error text never repeats the model's text
+        (values, keys nested in them, or argument names it made up).
+
+        Parallel ``remember`` calls on this toolset count and add one at a
+        time, so together they never take the end user past ``max_facts``.
 
         Args:
             name: The tool the model called: ``"remember"`` or ``"forget"``.
@@ -190,40 +258,55 @@ class MemoryTools:
             return await self._call_forget(arguments)
         raise UnknownToolError(name)
 
-    async def prompt(self, fixed: Iterable[str] = ()) -> str:
+    async def prompt(self, fixed: Iterable[str] = (), *, max_chars: int | None = None) -> str:
         """Recall this end user's facts and render the memory block of the prompt.
 
         Args:
             fixed: Facts the application already holds (the runtime's
                 ``memories=``), shown without an id; see `render_memories`.
+            max_chars: The most characters of the block, at least
+                `MIN_PROMPT_CHARS`; ``None`` uses ``max_prompt_chars`` bound
+                with `memory_tools` (itself ``None`` for no budget). Which
+                facts are kept is said in `render_memories`.
 
         Returns:
             The block, or ``""`` when there are no facts at all.
 
         Raises:
             TypeError: See `render_memories`.
+            ValueError: ``max_chars`` is below `MIN_PROMPT_CHARS`.
             InvalidContentError: An item of ``fixed`` breaks a content rule.
             Exception: Whatever the store's `recall` raises propagates.
         """
+        budget = self._max_prompt_chars if max_chars is None else max_chars
+        check_budget(budget, "max_chars")
         recalled = await self._memory.recall(self._key.tenant, self._key.end_user_id)
-        return render_memories(recalled, fixed)
+        return render_memories(recalled, fixed, max_chars=budget)
 
     async def _call_remember(self, arguments: object) -> ToolResult:
+        spec = self._remember
         try:
-            value = _single_argument(REMEMBER, "content", arguments)
-            content = _content(value)
-        except _ArgumentError as refusal:
-            return _error(REMEMBER, str(refusal))
-        memory = await self._memory.remember(self._key.tenant, self._key.end_user_id, content)
+            # The schema declares a string, so the check has made it one.
+            value = cast("str", check_arguments(spec, arguments)["content"])
+            content = check_content(value, self._max_fact_length)
+        except RefusedCallError as refused:
+            return refusal(spec.name, refused.reason)
+        key = self._key
+        if self._max_facts is None:
+            memory = await self._memory.remember(key.tenant, key.end_user_id, content)
+            return _ok({"remembered": True, "id": memory.id})
+        async with self._lock():
+            held = await self._memory.recall(key.tenant, key.end_user_id, limit=self._max_facts)
+            if len(held) >= self._max_facts:
+                return refusal(spec.name, memory_full(self._max_facts))
+            memory = await self._memory.remember(key.tenant, key.end_user_id, content)
         return _ok({"remembered": True, "id": memory.id})
 
     async def _call_forget(self, arguments: object) -> ToolResult:
         try:
-            memory_id = _single_argument(FORGET, "memory_id", arguments)
-            if not isinstance(memory_id, str):
-                _refuse(f"'memory_id' must be a string, not {_json_type(memory_id)}")
-        except _ArgumentError as refusal:
-            return _error(FORGET, str(refusal))
+            memory_id = cast("str", check_arguments(FORGET, arguments)["memory_id"])
+        except RefusedCallError as refused:
+            return refusal(FORGET.name, refused.reason)
         key = self._key
         if await self._memory.forget(key.tenant, key.end_user_id, validate_memory_id(memory_id)):
             return _ok({"forgotten": True})
@@ -235,120 +318,76 @@ class MemoryTools:
         )
 
 
-def memory_tools(memory: MemoryStore, *, scope: Scope, end_user_id: str) -> MemoryTools:
+def memory_tools(  # noqa: PLR0913 - the limits are keyword-only options
+    memory: MemoryStore,
+    *,
+    scope: Scope,
+    end_user_id: str,
+    max_facts: int | None = DEFAULT_MAX_FACTS,
+    max_fact_length: int | None = DEFAULT_MAX_FACT_LENGTH,
+    max_prompt_chars: int | None = DEFAULT_MAX_PROMPT_CHARS,
+) -> MemoryTools:
     """Bind ``remember`` and ``forget`` to one store, tenant and end user.
 
-    The key is validated here, once, through `memory_key`, so a bad key fails
-    when the application wires the tools and never in front of the model.
-    Both ``scope`` and ``end_user_id`` are required and have no default: a
-    default end user would quietly put every user's facts in one bucket.
+    The key and the limits are validated here, once, so a bad key or limit
+    fails when the application wires the tools and never in front of the
+    model. Both ``scope`` and ``end_user_id`` are required and have no
+    default: a default end user would quietly put every user's facts in one
+    bucket.
 
     Args:
         memory: Any `MemoryStore`.
         scope: The tenant, as a `str` or an object with a `str` ``tenant``
             (the runtime's scope object).
         end_user_id: The end user the model is talking to.
+        max_facts: The most facts the end user may hold: ``remember``
+            refuses, storing and evicting nothing, when they already hold
+            this many. An int >= 1, or ``None`` for no cap.
+        max_fact_length: The most characters of one fact through the tools,
+            1 to the port's `MAX_CONTENT_LENGTH`, or ``None`` for the port's
+            limit alone. ``remember``'s spec states it to the model.
+        max_prompt_chars: The budget of `MemoryTools.prompt` in characters,
+            at least `MIN_PROMPT_CHARS`, or ``None`` for no budget.
 
     Returns:
         The bound tools.
 
     Raises:
-        TypeError: ``memory`` is not a `MemoryStore`, or ``scope`` or
-            ``end_user_id`` has the wrong type.
+        TypeError: ``memory`` is not a `MemoryStore`, or ``scope``,
+            ``end_user_id`` or a limit has the wrong type (a `bool` is no
+            limit).
         InvalidKeyError: The tenant or end-user id breaks a key rule.
+        ValueError: A limit is out of range: ``max_facts`` or
+            ``max_fact_length`` below 1, ``max_fact_length`` above
+            `MAX_CONTENT_LENGTH`, ``max_prompt_chars`` below
+            `MIN_PROMPT_CHARS`.
     """
-    return MemoryTools(memory, memory_key(scope, end_user_id))
+    return MemoryTools(
+        memory,
+        memory_key(scope, end_user_id),
+        max_facts=max_facts,
+        max_fact_length=max_fact_length,
+        max_prompt_chars=max_prompt_chars,
+    )
 
 
-def _single_argument(spec: ToolSpec, expected: str, arguments: object) -> object:
-    parsed = _arguments_object(arguments, expected)
-    names = [name for name in parsed if isinstance(name, str)]
-    if len(names) != len(parsed):
-        _refuse(f"argument names must be strings; send only {expected!r}")
-    key_names = [name for name in names if name in _KEY_ARGUMENTS]
-    if key_names:
-        _refuse(
-            f"{_shown_names(key_names)} cannot be passed: the user and tenant are "
-            f"set by the application, not by the tool call; send only {expected!r}"
-        )
-    extra = [name for name in names if name != expected]
-    if extra:
-        _refuse(f"unexpected argument {_shown_names(extra)}; {spec.name} takes only {expected!r}")
-    if expected not in parsed:
-        _refuse(f'missing required argument {expected!r}; send {{"{expected}": "..."}}')
-    return parsed[expected]
-
-
-def _arguments_object(arguments: object, expected: str) -> Mapping[object, object]:
-    example = f'{{"{expected}": "..."}}'
-    if isinstance(arguments, str):
-        try:
-            arguments = json.loads(
-                arguments,
-                object_pairs_hook=_no_duplicates,
-                parse_constant=_no_constants,
-            )
-        except (ValueError, RecursionError):
-            _refuse(f"arguments are not valid JSON; send one JSON object like {example}")
-    if not isinstance(arguments, Mapping):
-        _refuse(f"arguments must be a JSON object like {example}, not {_json_type(arguments)}")
-    return arguments
-
-
-def _content(value: object) -> str:
-    if not isinstance(value, str):
-        _refuse(f"'content' must be a string, not {_json_type(value)}")
-    try:
-        return validate_content(value)
-    except InvalidContentError as error:
-        _refuse(f"'content' {error.rule}; send the fact as one short plain-text statement")
-
-
-def _no_duplicates(pairs: list[tuple[str, object]]) -> dict[str, object]:
-    # Parsers disagree on which of two equal keys wins; refusing both is the
-    # only reading that cannot be smuggled past a check done elsewhere.
-    result: dict[str, object] = {}
-    for name, value in pairs:
-        if name in result:
-            _refuse(f"argument {_shown(name)} appears more than once")
-        result[name] = value
-    return result
-
-
-def _no_constants(name: str) -> NoReturn:
-    _refuse(f"{name} is not valid JSON")
-
-
-def _refuse(message: str) -> NoReturn:
-    raise _ArgumentError(message)
-
-
-def _error(spec: ToolSpec, message: str) -> ToolResult:
-    text = f"{spec.name} was not run: {message}. Nothing was changed."
-    return ToolResult(json.dumps({"error": text}, separators=(",", ":")), is_error=True)
+def _limit(value: object, argument: str, most: int | None) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{argument} must be None or an int, not {type(value).__qualname__}")
+    if value < 1:
+        raise ValueError(f"{argument} must be None or at least 1 (got {value})")
+    if most is not None and value > most:
+        raise ValueError(f"{argument} must be None or at most {most} (got {value})")
+    return int(value)
 
 
 def _ok(payload: dict[str, object]) -> ToolResult:
     return ToolResult(json.dumps(payload, separators=(",", ":")), is_error=False)
 
 
-def _json_type(value: object) -> str:
-    # Named as JSON names them, since that is the language the model wrote in.
-    for kind, name in _JSON_TYPES:
-        if isinstance(value, kind):
-            return name
-    return type(value).__qualname__
-
-
 def _shown(name: str) -> str:
-    # Names come from the model and may be anything: show a bounded prefix.
     if len(name) > _SHOWN_NAME_LENGTH:
         return repr(name[:_SHOWN_NAME_LENGTH]) + "..."
     return repr(name)
-
-
-def _shown_names(names: list[str]) -> str:
-    shown = ", ".join(_shown(name) for name in names[:_SHOWN_NAMES])
-    if len(names) > _SHOWN_NAMES:
-        shown += f" and {len(names) - _SHOWN_NAMES} more"
-    return shown
