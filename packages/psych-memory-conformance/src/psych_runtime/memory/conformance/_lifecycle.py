@@ -114,11 +114,17 @@ class LifecycleChecks(Harness):
 
 async def _leave_by(store: MemoryStore, error: Exception) -> Exception | None:
     # What comes out of 'async with store' left by raising ``error`` in it.
+    entered = False
     came_out: Exception | None = None
     try:
         async with store:
+            entered = True
             raise error  # noqa: TRY301 - leaving by an error is what is checked.
-    except Exception as exc:  # noqa: BLE001 - the caller checks which one came out.
+    except Exception as exc:
+        if not entered:
+            raise RuleViolationError(
+                7, f"entering 'async with' on an open store raised {type(exc).__name__}"
+            ) from exc
         came_out = exc
     return came_out
 
