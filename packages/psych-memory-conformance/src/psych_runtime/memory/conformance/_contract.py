@@ -80,6 +80,11 @@ class MemoryStoreContract(LifecycleChecks, FailureChecks, CancellationChecks, Ca
     backend itself. Every check then runs against the backend on asyncio and
     on trio (the kit supplies the ``anyio_backend`` fixture).
 
+    Rules 1-6 are checked on every store, and so are 7-9 (lifecycle,
+    failures, cancellation); the checks of rules 10-11 run when the store
+    provides the port's `ListsEndUsers` or `RestoresFacts` capability, and
+    are skipped as not applicable otherwise.
+
     A check can be marked expected-to-fail, with a reason, in
     `expected_failures`; it cannot be overridden, deleted or skipped: the
     class refuses to be defined, and `test_kit_is_intact` fails, if one is.
@@ -130,10 +135,12 @@ class MemoryStoreContract(LifecycleChecks, FailureChecks, CancellationChecks, Ca
     _paths_handed_out: int
 
     def open_store(self) -> AbstractAsyncContextManager[MemoryStore]:
-        """Yield a fresh, empty store for one check or one Hypothesis example.
+        """Yield a fresh, empty, open store for one check or one Hypothesis example.
 
         Write it as an ``@asynccontextmanager`` method; clean up after the
-        ``yield``. It is entered on the event loop the check runs on.
+        ``yield``. It is entered on the event loop the check runs on. The
+        lifecycle checks close the store before the ``yield`` returns;
+        closing it again on the way out is harmless (rule 7).
 
         Raises:
             NotImplementedError: The subclass did not provide it.
@@ -146,7 +153,9 @@ class MemoryStoreContract(LifecycleChecks, FailureChecks, CancellationChecks, Ca
         This is the backdoor the port cannot offer: it must see every row,
         record or copy kept for the key, including ones a soft delete would
         hide from `MemoryStore.recall`, so that the kit can tell a real delete
-        from a hidden one.
+        from a hidden one. It must also work once the store is closed (the
+        lifecycle checks count after `MemoryStore.aclose`): count through a
+        connection of its own, not the store's.
 
         Raises:
             NotImplementedError: The subclass did not provide it.
