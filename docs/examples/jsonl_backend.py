@@ -144,10 +144,10 @@ class JsonLinesMemory(MemoryStore):
         """Return the key's facts in file order, oldest first (see `MemoryStore.recall`)."""
         key = memory_key(scope, end_user_id)
         limit = validate_limit(limit)
-        if limit == 0:
-            return ()
 
         def select() -> tuple[Memory, ...]:
+            if limit == 0:
+                return ()
             found: list[Memory] = []
             for fact in self._read():
                 if fact.key == key:

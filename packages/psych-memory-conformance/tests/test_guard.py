@@ -168,10 +168,11 @@ def test_fresh_path_never_repeats_and_stays_in_tmp_path(tmp_path: Path) -> None:
     assert not any(path.exists() for path in paths)
 
 
-def test_a_rule_violation_survives_pickling() -> None:
+@pytest.mark.parametrize("rule", [5, 9, 11])
+def test_a_rule_violation_survives_pickling(rule: int) -> None:
     # pytest-xdist and multiprocessing move exceptions between processes.
-    pickled = pickle.dumps(RuleViolationError(5, "key mixed up"))
+    pickled = pickle.dumps(RuleViolationError(rule, "key mixed up"))
     error = pickle.loads(pickled)
     assert isinstance(error, RuleViolationError)
-    assert (error.rule, error.detail) == (5, "key mixed up")
-    assert str(error).startswith(f"rule 5: {RULES[5]}")
+    assert (error.rule, error.detail) == (rule, "key mixed up")
+    assert str(error).startswith(f"rule {rule}: {RULES[rule]}")
