@@ -26,6 +26,7 @@ from psych_runtime.memory.port import (
     MemoryKey,
     MemoryStore,
     Scope,
+    StoreClosedError,
     memory_key,
     validate_content,
     validate_limit,
@@ -71,6 +72,9 @@ class JsonLinesMemory(MemoryStore):
     (through a temporary file and an atomic rename), so no copy of them stays
     in it.
 
+    There is nothing to open. `aclose` (or leaving ``async with``) closes
+    the store; afterwards every call raises `StoreClosedError`.
+
     Args:
         path: The file. It is created on the first `remember`.
     """
@@ -80,18 +84,32 @@ class JsonLinesMemory(MemoryStore):
         self._path = path
         # Held only inside worker threads, never across an await.
         self._lock = threading.Lock()
+        self._closed = False
 
     @property
     def path(self) -> Path:
         """The file the facts are kept in."""
         return self._path
 
-    async def _locked(self, work: Callable[[], _T]) -> _T:
+    async def _locked(self, operation: str, work: Callable[[], _T]) -> _T:
         def run() -> _T:
             with self._lock:
+                if self._closed:
+                    raise StoreClosedError(operation)
                 return work()
 
         return await anyio.to_thread.run_sync(run)
+
+    async def aclose(self) -> None:
+        """Close the store; closing again does nothing (see `MemoryStore.aclose`)."""
+
+        def close() -> None:
+            # Under the lock: a call already writing finishes first, and no
+            # call starts writing after this returns.
+            with self._lock:
+                self._closed = True
+
+        await anyio.to_thread.run_sync(close)
 
     def _read(self) -> Iterator[Memory]:
         if self._path.exists():
@@ -114,7 +132,7 @@ class JsonLinesMemory(MemoryStore):
                 file.flush()
                 os.fsync(file.fileno())
 
-        await self._locked(append)
+        await self._locked("remember", append)
         return fact
 
     # --8<-- [end:remember]
@@ -126,10 +144,10 @@ class JsonLinesMemory(MemoryStore):
         """Return the key's facts in file order, oldest first (see `MemoryStore.recall`)."""
         key = memory_key(scope, end_user_id)
         limit = validate_limit(limit)
-        if limit == 0:
-            return ()
 
         def select() -> tuple[Memory, ...]:
+            if limit == 0:
+                return ()
             found: list[Memory] = []
             for fact in self._read():
                 if fact.key == key:
@@ -138,7 +156,7 @@ class JsonLinesMemory(MemoryStore):
                         break
             return tuple(found)
 
-        return await self._locked(select)
+        return await self._locked("recall", select)
 
     # --8<-- [end:recall]
 
@@ -148,14 +166,14 @@ class JsonLinesMemory(MemoryStore):
         key = memory_key(scope, end_user_id)
         memory_id = validate_memory_id(memory_id)
         deleted = await self._locked(
-            lambda: self._rewrite_without(lambda f: f.key == key and f.id == memory_id)
+            "forget", lambda: self._rewrite_without(lambda f: f.key == key and f.id == memory_id)
         )
         return deleted == 1
 
     async def erase(self, scope: Scope, end_user_id: str) -> int:
         """Delete every fact of this key for good (see `MemoryStore.erase`)."""
         key = memory_key(scope, end_user_id)
-        return await self._locked(lambda: self._rewrite_without(lambda f: f.key == key))
+        return await self._locked("erase", lambda: self._rewrite_without(lambda f: f.key == key))
 
     def _rewrite_without(self, doomed: Callable[[Memory], bool]) -> int:
         kept: list[str] = []

@@ -9,27 +9,32 @@ defect tends to appear in a real backend.
 
 from __future__ import annotations
 
+import functools
 import itertools
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
-from typing import ClassVar
+from typing import Any, ClassVar, TypeVar, cast
 from uuid import uuid4
 
+import anyio
 import anyio.lowlevel
 from hypothesis import Phase, settings
 
 from psych_runtime.memory.conformance import MemoryStoreContract
 from psych_runtime.memory.inproc import InProcessMemory
 from psych_runtime.memory.port import (
+    InvalidInputError,
     Memory,
     MemoryKey,
     MemoryStore,
     Scope,
+    StoreClosedError,
     memory_key,
     validate_content,
     validate_limit,
     validate_memory_id,
+    validate_restored_id,
 )
 
 # Finding a failure is the point here, not its smallest form: shrinking every
@@ -38,8 +43,31 @@ settings.register_profile("find-only", phases=[Phase.explicit, Phase.reuse, Phas
 settings.load_profile("find-only")
 
 
+_Method = TypeVar("_Method", bound=Callable[..., Awaitable[Any]])
+
+
+def refuses_when_closed(method: _Method) -> _Method:
+    """Keep the lifecycle of rule 7 in a method an adapter below overrides.
+
+    Each adapter has exactly one defect; without this, every overridden
+    method would also go on working after close, a second defect.
+    """
+
+    @functools.wraps(method)
+    async def guarded(self: InProcessMemory, *args: Any, **kwargs: Any) -> Any:
+        if self._closed:
+            raise StoreClosedError(method.__name__)
+        return await method(self, *args, **kwargs)
+
+    return cast("_Method", guarded)
+
+
 class Correct(InProcessMemory):
-    """The in-process adapter itself: the kit must pass it."""
+    """The in-process adapter, with both optional capabilities: the kit must pass it.
+
+    The capabilities are written here so that their checks run, and so that
+    adapters breaking them can be built on it.
+    """
 
     __slots__ = ()
 
@@ -47,12 +75,44 @@ class Correct(InProcessMemory):
         """The backdoor: rows held for ``key``, hidden ones included."""
         return len(self._facts.get(key, {}))
 
+    async def tenants(self) -> tuple[str, ...]:
+        with self._lock:
+            if self._closed:
+                raise StoreClosedError("tenants")
+            return tuple(sorted({key.tenant for key, facts in self._facts.items() if facts}))
+
+    async def end_users(self, scope: Scope) -> tuple[str, ...]:
+        tenant = memory_key(scope, "anyone").tenant
+        with self._lock:
+            if self._closed:
+                raise StoreClosedError("end_users")
+            held = [key for key, facts in self._facts.items() if facts and key.tenant == tenant]
+        return tuple(sorted(key.end_user_id for key in held))
+
+    async def restore(self, memory: Memory) -> bool:
+        if not isinstance(memory, Memory):
+            raise TypeError(f"memory must be a Memory, not {type(memory).__name__}")
+        validate_restored_id(memory.id)
+        validate_content(memory.content)
+        with self._lock:
+            if self._closed:
+                raise StoreClosedError("restore")
+            for facts in self._facts.values():
+                held = facts.get(memory.id)
+                if held is not None:
+                    if held == memory:
+                        return False
+                    raise InvalidInputError("memory.id", "is the id of a different stored fact")
+            self._facts.setdefault(memory.key, {})[memory.id] = memory
+            return True
+
 
 class NewestFirst(Correct):
     """Rule 3: recall hands back the newest fact first."""
 
     __slots__ = ()
 
+    @refuses_when_closed
     async def recall(
         self, scope: Scope, end_user_id: str, *, limit: int | None = None
     ) -> tuple[Memory, ...]:
@@ -66,6 +126,7 @@ class LimitTakesNewest(Correct):
 
     __slots__ = ()
 
+    @refuses_when_closed
     async def recall(
         self, scope: Scope, end_user_id: str, *, limit: int | None = None
     ) -> tuple[Memory, ...]:
@@ -91,6 +152,7 @@ class OrdersByTimestamp(Correct):
         self._ids = itertools.count(1)
         self._now = datetime.now(UTC)
 
+    @refuses_when_closed
     async def remember(self, scope: Scope, end_user_id: str, content: str) -> Memory:
         key = memory_key(scope, end_user_id)
         fact = Memory(str(next(self._ids)), key, validate_content(content), self._now)
@@ -98,6 +160,7 @@ class OrdersByTimestamp(Correct):
             self._facts.setdefault(key, {})[fact.id] = fact
         return fact
 
+    @refuses_when_closed
     async def recall(
         self, scope: Scope, end_user_id: str, *, limit: int | None = None
     ) -> tuple[Memory, ...]:
@@ -111,6 +174,7 @@ class Deduplicating(Correct):
 
     __slots__ = ()
 
+    @refuses_when_closed
     async def remember(self, scope: Scope, end_user_id: str, content: str) -> Memory:
         for fact in await self.recall(scope, end_user_id):
             if fact.content == validate_content(content):
@@ -123,6 +187,7 @@ class StripsContent(Correct):
 
     __slots__ = ()
 
+    @refuses_when_closed
     async def remember(self, scope: Scope, end_user_id: str, content: str) -> Memory:
         return await super().remember(scope, end_user_id, validate_content(content).strip())
 
@@ -132,6 +197,7 @@ class ForgetIgnoresKey(Correct):
 
     __slots__ = ()
 
+    @refuses_when_closed
     async def forget(self, scope: Scope, end_user_id: str, memory_id: str) -> bool:
         memory_key(scope, end_user_id)
         memory_id = validate_memory_id(memory_id)
@@ -147,6 +213,7 @@ class ForgetRaisesOnMissing(Correct):
 
     __slots__ = ()
 
+    @refuses_when_closed
     async def forget(self, scope: Scope, end_user_id: str, memory_id: str) -> bool:
         if not await super().forget(scope, end_user_id, memory_id):
             raise KeyError("no such memory")
@@ -158,6 +225,7 @@ class EraseLeavesOne(Correct):
 
     __slots__ = ()
 
+    @refuses_when_closed
     async def erase(self, scope: Scope, end_user_id: str) -> int:
         facts = await self.recall(scope, end_user_id)
         for fact in facts[:-1]:
@@ -174,6 +242,7 @@ class SoftDelete(Correct):
         super().__init__()
         self._hidden: set[str] = set()
 
+    @refuses_when_closed
     async def forget(self, scope: Scope, end_user_id: str, memory_id: str) -> bool:
         key = memory_key(scope, end_user_id)
         memory_id = validate_memory_id(memory_id)
@@ -183,6 +252,7 @@ class SoftDelete(Correct):
             self._hidden.add(memory_id)
             return True
 
+    @refuses_when_closed
     async def recall(
         self, scope: Scope, end_user_id: str, *, limit: int | None = None
     ) -> tuple[Memory, ...]:
@@ -200,14 +270,17 @@ class DropsTheTenant(Correct):
     def _shared(scope: Scope, end_user_id: str) -> tuple[str, str]:
         return ("shared", memory_key(scope, end_user_id).end_user_id)
 
+    @refuses_when_closed
     async def remember(self, scope: Scope, end_user_id: str, content: str) -> Memory:
         fact = await super().remember(*self._shared(scope, end_user_id), content)
         # The returned fact still shows the caller's key, which hides the bug.
         return Memory(fact.id, memory_key(scope, end_user_id), fact.content, fact.created_at)
 
+    @refuses_when_closed
     async def forget(self, scope: Scope, end_user_id: str, memory_id: str) -> bool:
         return await super().forget(*self._shared(scope, end_user_id), memory_id)
 
+    @refuses_when_closed
     async def recall(
         self, scope: Scope, end_user_id: str, *, limit: int | None = None
     ) -> tuple[Memory, ...]:
@@ -215,6 +288,7 @@ class DropsTheTenant(Correct):
         facts = await super().recall(*self._shared(scope, end_user_id), limit=limit)
         return tuple(Memory(m.id, key, m.content, m.created_at) for m in facts)
 
+    @refuses_when_closed
     async def erase(self, scope: Scope, end_user_id: str) -> int:
         return await super().erase(*self._shared(scope, end_user_id))
 
@@ -227,6 +301,7 @@ class ValidatesAfterStoring(Correct):
 
     __slots__ = ()
 
+    @refuses_when_closed
     async def remember(self, scope: Scope, end_user_id: str, content: str) -> Memory:
         key = memory_key(scope, end_user_id)
         fact = Memory(uuid4().hex, key, content, datetime.now(UTC))
@@ -241,6 +316,7 @@ class LosesConcurrentWrites(Correct):
 
     __slots__ = ()
 
+    @refuses_when_closed
     async def remember(self, scope: Scope, end_user_id: str, content: str) -> Memory:
         key = memory_key(scope, end_user_id)
         content = validate_content(content)
@@ -254,12 +330,209 @@ class LosesConcurrentWrites(Correct):
         return fact
 
 
+class IgnoresClose(Correct):
+    """Rule 7: aclose() does nothing, so a closed store goes on working."""
+
+    __slots__ = ()
+
+    async def aclose(self) -> None:
+        pass
+
+
+class RuntimeErrorAfterClose(Correct):
+    """Rule 8: a closed store raises RuntimeError, as a bare driver would."""
+
+    __slots__ = ()
+
+    def _refuse_if_closed(self) -> None:
+        if self._closed:
+            raise RuntimeError("cannot operate on a closed database")
+
+    async def remember(self, scope: Scope, end_user_id: str, content: str) -> Memory:
+        self._refuse_if_closed()
+        return await super().remember(scope, end_user_id, content)
+
+    async def forget(self, scope: Scope, end_user_id: str, memory_id: str) -> bool:
+        self._refuse_if_closed()
+        return await super().forget(scope, end_user_id, memory_id)
+
+    async def recall(
+        self, scope: Scope, end_user_id: str, *, limit: int | None = None
+    ) -> tuple[Memory, ...]:
+        self._refuse_if_closed()
+        return await super().recall(scope, end_user_id, limit=limit)
+
+    async def erase(self, scope: Scope, end_user_id: str) -> int:
+        self._refuse_if_closed()
+        return await super().erase(scope, end_user_id)
+
+
+class ClosedAtError(StoreClosedError):
+    """An adapter's own closed error, with an attribute the port's pickling does not know."""
+
+    def __init__(self, operation: str, where: str) -> None:
+        super().__init__(operation)
+        self.where = where
+
+
+class ErrorsLoseAttributes(Correct):
+    """Rule 8: the closed error adds an attribute, and unpickles with it wrong."""
+
+    __slots__ = ()
+
+    def _refuse_if_closed(self, operation: str) -> None:
+        if self._closed:
+            raise ClosedAtError(operation, where="in-process table")
+
+    async def remember(self, scope: Scope, end_user_id: str, content: str) -> Memory:
+        self._refuse_if_closed("remember")
+        return await super().remember(scope, end_user_id, content)
+
+    async def forget(self, scope: Scope, end_user_id: str, memory_id: str) -> bool:
+        self._refuse_if_closed("forget")
+        return await super().forget(scope, end_user_id, memory_id)
+
+    async def recall(
+        self, scope: Scope, end_user_id: str, *, limit: int | None = None
+    ) -> tuple[Memory, ...]:
+        self._refuse_if_closed("recall")
+        return await super().recall(scope, end_user_id, limit=limit)
+
+    async def erase(self, scope: Scope, end_user_id: str) -> int:
+        self._refuse_if_closed("erase")
+        return await super().erase(scope, end_user_id)
+
+
+class _LandsLater(Correct):
+    """A statement sent before a cancellation arrived takes effect at the next call.
+
+    As with a driver that stops waiting for the server when cancelled while
+    the server goes on to commit: the effect lands after later calls, even
+    after a later erase of the same key.
+    """
+
+    __slots__ = ("_in_flight",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._in_flight: list[Callable[[], object]] = []
+
+    async def _send(self, statement: Callable[[], object]) -> None:
+        try:
+            # The round trip, which the cancellation interrupts.
+            await anyio.lowlevel.checkpoint()
+        except anyio.get_cancelled_exc_class():
+            self._in_flight.append(statement)
+            raise
+        statement()
+
+    def _land(self) -> None:
+        landing = self._in_flight.copy()
+        self._in_flight.clear()
+        for statement in landing:
+            statement()
+
+    async def recall(
+        self, scope: Scope, end_user_id: str, *, limit: int | None = None
+    ) -> tuple[Memory, ...]:
+        try:
+            return await super().recall(scope, end_user_id, limit=limit)
+        finally:
+            self._land()
+
+    async def erase(self, scope: Scope, end_user_id: str) -> int:
+        try:
+            return await super().erase(scope, end_user_id)
+        finally:
+            self._land()
+
+
+class CancelledRememberLandsLater(_LandsLater):
+    """Rule 9: a cancelled remember stores its fact later, after a later erase returned."""
+
+    __slots__ = ()
+
+    async def remember(self, scope: Scope, end_user_id: str, content: str) -> Memory:
+        key = memory_key(scope, end_user_id)
+        fact = Memory(uuid4().hex, key, validate_content(content), datetime.now(UTC))
+
+        def insert() -> None:
+            with self._lock:
+                if self._closed:
+                    raise StoreClosedError("remember")
+                self._facts.setdefault(key, {})[fact.id] = fact
+
+        await self._send(insert)
+        return fact
+
+
+class CancelledForgetLandsLater(_LandsLater):
+    """Rule 9: a cancelled forget deletes its fact later, after a later recall returned."""
+
+    __slots__ = ()
+
+    async def forget(self, scope: Scope, end_user_id: str, memory_id: str) -> bool:
+        key = memory_key(scope, end_user_id)
+        memory_id = validate_memory_id(memory_id)
+        deleted: list[bool] = []
+
+        def delete() -> None:
+            with self._lock:
+                if self._closed:
+                    raise StoreClosedError("forget")
+                facts = self._facts.get(key, {})
+                deleted.append(facts.pop(memory_id, None) is not None)
+                if not facts:
+                    self._facts.pop(key, None)
+
+        await self._send(delete)
+        return deleted[0]
+
+
+class ListsEmptiedKeys(Correct):
+    """Rule 10: every key that ever held a fact stays listed, as with a separate users table."""
+
+    __slots__ = ("_seen",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._seen: set[MemoryKey] = set()
+
+    async def remember(self, scope: Scope, end_user_id: str, content: str) -> Memory:
+        fact = await super().remember(scope, end_user_id, content)
+        self._seen.add(fact.key)
+        return fact
+
+    async def tenants(self) -> tuple[str, ...]:
+        return tuple(sorted({key.tenant for key in self._seen}))
+
+    async def end_users(self, scope: Scope) -> tuple[str, ...]:
+        tenant = memory_key(scope, "anyone").tenant
+        return tuple(sorted(key.end_user_id for key in self._seen if key.tenant == tenant))
+
+
+class RestoreOverwrites(Correct):
+    """Rule 11: restore writes whatever it is given, over a fact with the same id."""
+
+    __slots__ = ()
+
+    async def restore(self, memory: Memory) -> bool:
+        validate_restored_id(memory.id)
+        validate_content(memory.content)
+        with self._lock:
+            for facts in self._facts.values():
+                facts.pop(memory.id, None)
+            self._facts.setdefault(memory.key, {})[memory.id] = memory
+        return True
+
+
 class _KitAgainst(MemoryStoreContract):
     """The kit against one adapter class, with a small Hypothesis budget."""
 
     adapter: ClassVar[type[Correct]] = Correct
     max_examples = 15
     max_steps = 15
+    cancelled_calls = 50
 
     @asynccontextmanager
     async def open_store(self) -> AsyncIterator[MemoryStore]:
@@ -330,3 +603,31 @@ class TestValidatesAfterStoring(_KitAgainst):
 
 class TestLosesConcurrentWrites(_KitAgainst):
     adapter = LosesConcurrentWrites
+
+
+class TestIgnoresClose(_KitAgainst):
+    adapter = IgnoresClose
+
+
+class TestRuntimeErrorAfterClose(_KitAgainst):
+    adapter = RuntimeErrorAfterClose
+
+
+class TestErrorsLoseAttributes(_KitAgainst):
+    adapter = ErrorsLoseAttributes
+
+
+class TestCancelledRememberLandsLater(_KitAgainst):
+    adapter = CancelledRememberLandsLater
+
+
+class TestCancelledForgetLandsLater(_KitAgainst):
+    adapter = CancelledForgetLandsLater
+
+
+class TestListsEmptiedKeys(_KitAgainst):
+    adapter = ListsEmptiedKeys
+
+
+class TestRestoreOverwrites(_KitAgainst):
+    adapter = RestoreOverwrites

@@ -8,6 +8,7 @@ show how each kind of fault is worded.
 from __future__ import annotations
 
 import itertools
+import os
 import threading
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -15,21 +16,28 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import ClassVar
 
+import anyio
+import anyio.lowlevel
 import pytest
 
 from psych_runtime.memory.conformance import MemoryStoreContract, RuleViolationError
 from psych_runtime.memory.inproc import InProcessMemory
 from psych_runtime.memory.port import (
     InvalidContentError,
+    InvalidInputError,
     InvalidKeyError,
     Memory,
     MemoryKey,
     MemoryStore,
+    MemoryStoreError,
     Scope,
+    StoreClosedError,
+    StoreUnavailableError,
     memory_key,
     validate_content,
     validate_limit,
     validate_memory_id,
+    validate_restored_id,
 )
 
 pytestmark = pytest.mark.anyio
@@ -286,3 +294,304 @@ class TestAnExpectedFailureIsReportedAsOne(MemoryStoreContract):
     async def count_stored(self, store: MemoryStore, key: MemoryKey) -> int:
         assert isinstance(store, InProcessMemory)
         return len(store._facts.get(key, {}))
+
+
+# Rules 7-11: lifecycle, failures, cancellation and the capabilities.
+
+
+class IgnoresClose(InProcessMemory):
+    __slots__ = ()
+
+    async def aclose(self) -> None:
+        pass
+
+
+class NamesAnotherOperation(InProcessMemory):
+    __slots__ = ()
+
+    async def recall(
+        self, scope: Scope, end_user_id: str, *, limit: int | None = None
+    ) -> tuple[Memory, ...]:
+        if self._closed:
+            raise StoreClosedError("query")
+        return await super().recall(scope, end_user_id, limit=limit)
+
+
+class RuntimeErrorAfterClose(InProcessMemory):
+    __slots__ = ()
+
+    async def erase(self, scope: Scope, end_user_id: str) -> int:
+        if self._closed:
+            raise RuntimeError("cannot operate on a closed database")
+        return await super().erase(scope, end_user_id)
+
+
+class SwallowsErrors(InProcessMemory):
+    __slots__ = ()
+
+    async def __aexit__(self, *exc_info: object) -> bool:  # type: ignore[override]
+        await self.aclose()
+        return True
+
+
+class ClosedAtError(StoreClosedError):
+    def __init__(self, operation: str, where: str) -> None:
+        super().__init__(operation)
+        self.where = where
+
+
+class ClosedErrorLosesAttribute(InProcessMemory):
+    __slots__ = ()
+
+    async def forget(self, scope: Scope, end_user_id: str, memory_id: str) -> bool:
+        if self._closed:
+            raise ClosedAtError("forget", "the table")
+        return await super().forget(scope, end_user_id, memory_id)
+
+
+class TwoArgumentsError(MemoryStoreError):
+    # Pickling calls the class with the one message it gave its base.
+    def __init__(self, operation: str, detail: str) -> None:
+        super().__init__(f"{operation} failed: {detail}")
+
+
+class UnpicklableError(InProcessMemory):
+    __slots__ = ()
+
+    async def remember(self, scope: Scope, end_user_id: str, content: str) -> Memory:
+        if self._closed:
+            raise TwoArgumentsError("remember", "the store is closed")
+        return await super().remember(scope, end_user_id, content)
+
+
+class CancelledRememberLandsLater(InProcessMemory):
+    """Stores a cancelled fact at the next erase, after that erase's delete."""
+
+    __slots__ = ("_in_flight",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._in_flight: list[Memory] = []
+
+    async def remember(self, scope: Scope, end_user_id: str, content: str) -> Memory:
+        key = memory_key(scope, end_user_id)
+        fact = Memory(os.urandom(8).hex(), key, validate_content(content), datetime.now(UTC))
+        try:
+            await anyio.lowlevel.checkpoint()
+        except anyio.get_cancelled_exc_class():
+            self._in_flight.append(fact)
+            raise
+        with self._lock:
+            self._facts.setdefault(key, {})[fact.id] = fact
+        return fact
+
+    async def erase(self, scope: Scope, end_user_id: str) -> int:
+        erased = await super().erase(scope, end_user_id)
+        with self._lock:
+            for fact in self._in_flight:
+                self._facts.setdefault(fact.key, {})[fact.id] = fact
+            self._in_flight.clear()
+        return erased
+
+
+class CancellationBecomesUnavailable(InProcessMemory):
+    __slots__ = ()
+
+    async def forget(self, scope: Scope, end_user_id: str, memory_id: str) -> bool:
+        try:
+            await anyio.lowlevel.checkpoint()
+        except anyio.get_cancelled_exc_class():
+            raise StoreUnavailableError(
+                "forget", "the connection was closed", may_have_taken_effect=True
+            ) from None
+        return await super().forget(scope, end_user_id, memory_id)
+
+
+class Listing(InProcessMemory):
+    """Lists keys and restores facts, as the port's capabilities say."""
+
+    __slots__ = ()
+
+    async def tenants(self) -> tuple[str, ...]:
+        return tuple(sorted({key.tenant for key in self._facts}))
+
+    async def end_users(self, scope: Scope) -> tuple[str, ...]:
+        tenant = memory_key(scope, "anyone").tenant
+        return tuple(sorted(key.end_user_id for key in self._facts if key.tenant == tenant))
+
+    async def restore(self, memory: Memory) -> bool:
+        validate_restored_id(memory.id)
+        with self._lock:
+            for facts in self._facts.values():
+                if memory.id in facts:
+                    if facts[memory.id] == memory:
+                        return False
+                    raise InvalidInputError("memory.id", "is taken by another fact")
+            self._facts.setdefault(memory.key, {})[memory.id] = memory
+        return True
+
+
+class ListsCaseInsensitively(Listing):
+    __slots__ = ()
+
+    async def end_users(self, scope: Scope) -> tuple[str, ...]:
+        return tuple(sorted(await super().end_users(scope), key=str.casefold))
+
+
+class RestoreAnswersTrueAgain(Listing):
+    __slots__ = ()
+
+    async def restore(self, memory: Memory) -> bool:
+        await super().restore(memory)
+        return True
+
+
+@pytest.mark.parametrize(
+    ("store_class", "check", "rule", "words"),
+    [
+        (
+            IgnoresClose,
+            "test_rule7_every_call_after_close_raises_and_changes_nothing",
+            7,
+            "remember on a closed store returned",
+        ),
+        (
+            IgnoresClose,
+            "test_rule7_async_with_returns_the_store_and_closes_it",
+            7,
+            "remember on a closed store returned",
+        ),
+        (
+            NamesAnotherOperation,
+            "test_rule7_a_closed_store_stays_closed",
+            7,
+            "naming the operation 'query'",
+        ),
+        (
+            SwallowsErrors,
+            "test_rule7_leaving_async_with_by_an_error_closes_the_store",
+            7,
+            "swallowed the error",
+        ),
+        (
+            RuntimeErrorAfterClose,
+            "test_rule8_no_foreign_exception_escapes_a_closed_store",
+            8,
+            "erase with valid input on a closed store raised RuntimeError",
+        ),
+        (
+            RuntimeErrorAfterClose,
+            "test_rule7_every_call_after_close_raises_and_changes_nothing",
+            8,
+            "erase on a closed store raised RuntimeError",
+        ),
+        (
+            ClosedErrorLosesAttribute,
+            "test_rule8_errors_survive_pickling",
+            8,
+            (
+                r"the ClosedAtError of forget on a closed store lost or changed "
+                r"attribute\(s\) \['where'\]"
+            ),
+        ),
+        (
+            UnpicklableError,
+            "test_rule8_errors_survive_pickling",
+            8,
+            (
+                r"the TwoArgumentsError of remember on a closed store cannot be pickled and "
+                r"unpickled \(TypeError\)"
+            ),
+        ),
+        (
+            CancelledRememberLandsLater,
+            "test_rule9_a_cancelled_remember_never_lands_after_erase",
+            9,
+            "right after erase returned",
+        ),
+        (
+            CancelledRememberLandsLater,
+            "test_rule9_writers_cancelled_mid_way_leave_nothing_after_erase",
+            9,
+            "right after erase returned",
+        ),
+        (
+            CancellationBecomesUnavailable,
+            "test_rule9_a_cancelled_forget_is_decided_when_the_caller_sees_it",
+            9,
+            "raised StoreUnavailableError instead of letting the cancellation through",
+        ),
+        (
+            ListsCaseInsensitively,
+            "test_rule10_listed_keys_are_exactly_those_holding_facts",
+            10,
+            r"end_users\('acme'\) returned",
+        ),
+        (
+            RestoreAnswersTrueAgain,
+            "test_rule11_restoring_again_changes_nothing_and_a_taken_id_is_refused",
+            11,
+            "restore of the same fact again returned True, not False",
+        ),
+    ],
+)
+async def test_a_broken_lifecycle_failure_or_capability_is_named(  # noqa: PLR0917 - parametrized.
+    tmp_path: Path,
+    anyio_backend: str,
+    store_class: type[InProcessMemory],
+    check: str,
+    rule: int,
+    words: str,
+) -> None:
+    contract = prepared(store_class, tmp_path, anyio_backend)
+    with pytest.raises(RuleViolationError, match=words) as info:
+        await getattr(contract, check)()
+    assert info.value.rule == rule
+
+
+@pytest.mark.parametrize(
+    "check",
+    [
+        "test_rule10_listed_keys_are_exactly_those_holding_facts",
+        "test_rule10_end_users_refuses_an_invalid_scope",
+        "test_rule11_restored_facts_keep_id_content_time_and_order",
+        "test_rule11_restoring_again_changes_nothing_and_a_taken_id_is_refused",
+    ],
+)
+async def test_capability_checks_pass_a_capable_store(
+    tmp_path: Path, anyio_backend: str, check: str
+) -> None:
+    await getattr(prepared(Listing, tmp_path, anyio_backend), check)()
+
+
+@pytest.mark.parametrize(
+    ("check", "capability"),
+    [
+        ("test_rule10_listed_keys_are_exactly_those_holding_facts", "ListsEndUsers"),
+        ("test_rule11_restored_facts_keep_id_content_time_and_order", "RestoresFacts"),
+    ],
+)
+async def test_a_missing_capability_is_reported_as_not_applicable(
+    tmp_path: Path, anyio_backend: str, check: str, capability: str
+) -> None:
+    contract = prepared(InProcessMemory, tmp_path, anyio_backend)
+    not_applicable = f"not applicable: .* {capability}, an optional"
+    with pytest.raises(pytest.skip.Exception, match=not_applicable):
+        await getattr(contract, check)()
+
+
+async def test_a_closed_store_closed_again_by_open_store_is_fine(
+    tmp_path: Path, anyio_backend: str
+) -> None:
+    # The lifecycle checks close the store; open_store closing it again on
+    # its way out must not fail the check.
+    class ClosesOnExit(Against):
+        @asynccontextmanager
+        async def open_store(self) -> AsyncIterator[MemoryStore]:
+            async with InProcessMemory() as store:
+                yield store
+
+    contract = ClosesOnExit()
+    contract._prepare(tmp_path, anyio_backend)
+    await contract.test_rule7_closing_twice_is_harmless()
+    await contract.test_rule8_errors_survive_pickling()

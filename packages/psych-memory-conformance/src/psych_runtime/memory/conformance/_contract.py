@@ -27,6 +27,8 @@ from psych_runtime.memory.port import (
     MemoryStore,
 )
 
+from ._cancellation import CancellationChecks
+from ._capability import CapabilityChecks
 from ._cases import (
     BAD_CONTENTS,
     BAD_KEY_PARTS,
@@ -60,6 +62,8 @@ from ._cases import (
     key_of,
     positions,
 )
+from ._failures import FailureChecks
+from ._lifecycle import LifecycleChecks
 from ._rules import RuleViolationError
 from ._stateful import model_machine
 from ._support import BlockingStore, Refusal, check
@@ -67,7 +71,7 @@ from ._support import BlockingStore, Refusal, check
 __all__ = ["MemoryStoreContract"]
 
 
-class MemoryStoreContract:
+class MemoryStoreContract(LifecycleChecks, FailureChecks, CancellationChecks, CapabilityChecks):
     """The port's contract as a test class: subclass it to check a backend.
 
     Name the subclass so pytest collects it (``TestMyStore``) and give it
@@ -75,6 +79,11 @@ class MemoryStoreContract:
     `count_stored`, a backdoor that counts the rows a key holds in the
     backend itself. Every check then runs against the backend on asyncio and
     on trio (the kit supplies the ``anyio_backend`` fixture).
+
+    Rules 1-6 are checked on every store, and so are 7-9 (lifecycle,
+    failures, cancellation); the checks of rules 10-11 run when the store
+    provides the port's `ListsEndUsers` or `RestoresFacts` capability, and
+    are skipped as not applicable otherwise.
 
     A check can be marked expected-to-fail, with a reason, in
     `expected_failures`; it cannot be overridden, deleted or skipped: the
@@ -99,6 +108,8 @@ class MemoryStoreContract:
             backend whose `open_store` is slow; every check still runs.
         max_steps: The most operations in one example of the reference-model
             check.
+        cancelled_calls: How many calls each cancellation check (rule 9)
+            cuts short. Lower it for a slow backend; every check still runs.
         expected_failures: Check name to reason, for checks this backend is
             known to fail: ``"test_x"`` on both event loops, ``"test_x[trio]"``
             or ``"test_x[asyncio]"`` on one. They run, and are reported as
@@ -116,6 +127,7 @@ class MemoryStoreContract:
 
     max_examples: ClassVar[int] = 100
     max_steps: ClassVar[int] = 30
+    cancelled_calls: ClassVar[int] = 100
     expected_failures: ClassVar[Mapping[str, str]] = {}
 
     tmp_path: Path
@@ -123,10 +135,12 @@ class MemoryStoreContract:
     _paths_handed_out: int
 
     def open_store(self) -> AbstractAsyncContextManager[MemoryStore]:
-        """Yield a fresh, empty store for one check or one Hypothesis example.
+        """Yield a fresh, empty, open store for one check or one Hypothesis example.
 
         Write it as an ``@asynccontextmanager`` method; clean up after the
-        ``yield``. It is entered on the event loop the check runs on.
+        ``yield``. It is entered on the event loop the check runs on. The
+        lifecycle checks close the store before the ``yield`` returns;
+        closing it again on the way out is harmless (rule 7).
 
         Raises:
             NotImplementedError: The subclass did not provide it.
@@ -139,7 +153,9 @@ class MemoryStoreContract:
         This is the backdoor the port cannot offer: it must see every row,
         record or copy kept for the key, including ones a soft delete would
         hide from `MemoryStore.recall`, so that the kit can tell a real delete
-        from a hidden one.
+        from a hidden one. It must also work once the store is closed (the
+        lifecycle checks count after `MemoryStore.aclose`): count through a
+        connection of its own, not the store's.
 
         Raises:
             NotImplementedError: The subclass did not provide it.
@@ -1089,12 +1105,21 @@ class MemoryStoreContract:
         await self._in_worker_thread(body)
 
 
+def _kit_members() -> dict[str, object]:
+    # The contract class and the groups of checks it inherits, the class's
+    # own definitions winning, as attribute lookup would have it.
+    members: dict[str, object] = {}
+    for klass in reversed(MemoryStoreContract.__mro__[:-1]):
+        members.update(vars(klass))
+    return members
+
+
 # The kit's own members a subclass must leave alone: every check, and the
 # fixtures that run them on both event loops.
-_OWN: Final[Mapping[str, object]] = dict(vars(MemoryStoreContract))
+_OWN: Final[Mapping[str, object]] = _kit_members()
 _PROTECTED: Final = tuple(
     name
-    for name in vars(MemoryStoreContract)
+    for name in _OWN
     if name.startswith("test") or name in {"anyio_backend", "_conformance_setup"}
 )
 CHECKS: Final = tuple(name for name in _PROTECTED if name.startswith("test"))
@@ -1123,7 +1148,7 @@ def _tampering(cls: type) -> list[str]:
         problems.append(
             "a contract class cannot be skipped; mark single checks in expected_failures"
         )
-    for setting in ("max_examples", "max_steps"):
+    for setting in ("max_examples", "max_steps", "cancelled_calls"):
         value = getattr(cls, setting, None)
         if type(value) is not int or value < 1:
             problems.append(f"{setting} must be an int >= 1")

@@ -1,4 +1,9 @@
-"""The six rules of the port, worded as failure messages quote them."""
+"""The rules of the port, worded as failure messages quote them.
+
+Rules 1-6 are the four methods' contract, 7-9 the lifecycle, the failures
+and cancellation every store shares, and 10-11 the optional capabilities,
+checked only on a store that provides them.
+"""
 
 from __future__ import annotations
 
@@ -31,6 +36,30 @@ RULES: Final[Mapping[int, str]] = MappingProxyType(
         6: (
             "input is validated before anything changes: invalid input raises a clear "
             "error and stores or deletes nothing"
+        ),
+        7: (
+            "a store works as 'async with store:', closing it twice is harmless, and after "
+            "closing every call raises StoreClosedError naming the call and changes nothing; "
+            "a closed store stays closed"
+        ),
+        8: (
+            "the four methods raise only TypeError, InvalidInputError or MemoryStoreError (a "
+            "driver's exception only as the __cause__), and every error pickles and unpickles "
+            "with its attributes"
+        ),
+        9: (
+            "a cancelled call's effect is decided before the cancellation reaches the caller "
+            "(done or not done); no effect appears after a later call returned"
+        ),
+        10: (
+            "a store that lists keys (ListsEndUsers) lists exactly the tenants and end users "
+            "holding at least one fact, each once, sorted by code point"
+        ),
+        11: (
+            "a store that restores facts (RestoresFacts) stores each as given (id, key, "
+            "content, created_at) after the key's facts, answers False and changes nothing "
+            "for the same fact again, and refuses a different fact with a taken id with "
+            "InvalidInputError"
         ),
     }
 )

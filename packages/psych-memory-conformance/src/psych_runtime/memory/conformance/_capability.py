@@ -1,0 +1,274 @@
+"""Rules 10 and 11: the optional capabilities, on a store that provides them."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final, NoReturn, cast
+
+import pytest
+
+from psych_runtime.memory.port import (
+    InvalidInputError,
+    InvalidKeyError,
+    ListsEndUsers,
+    Memory,
+    MemoryStore,
+    RestoresFacts,
+)
+
+from ._cases import MAIN, SAME_END_USER, SAME_TENANT, Pair, ScopeObject, ids_of, key_of
+from ._harness import Harness
+from ._rules import RuleViolationError
+from ._support import check
+
+__all__ = ["CapabilityChecks"]
+
+# Keys whose code-point order differs from a case-insensitive, a normalising,
+# a natural or a UTF-16 order: only a plain code-point sort lists them right.
+_LISTED: Final[tuple[Pair, ...]] = (
+    ("acme", "user-1"),
+    ("acme", "USER-1"),
+    ("acme", "user-10"),
+    ("acme", "user-2"),
+    ("acme", "caf\u00e9"),
+    ("acme", "cafe\u0301"),
+    ("acme", "\uff21 wide"),
+    ("acme", "\U0001f600 face"),
+    ("acme", "Zed"),
+    ("Acme", "user-1"),
+    ("globex", "user-1"),
+    ("\U0001f600 co", "user-1"),
+    ("\uff21 co", "user-1"),
+)
+_NO_FACTS_TENANT: Final = "tenant-without-facts"
+_RESTORED_AT: Final = datetime(2021, 3, 4, 5, 6, 7, 891011, tzinfo=UTC)
+
+
+def _lister(store: MemoryStore) -> ListsEndUsers:
+    if not isinstance(store, ListsEndUsers):
+        _not_applicable("ListsEndUsers")
+    return store
+
+
+def _restorer(store: MemoryStore) -> RestoresFacts:
+    if not isinstance(store, RestoresFacts):
+        _not_applicable("RestoresFacts")
+    return store
+
+
+def _not_applicable(capability: str) -> NoReturn:
+    pytest.skip(f"not applicable: the store does not provide {capability}, an optional capability")
+
+
+class CapabilityChecks(Harness):
+    """Checks of rules 10 and 11, each skipped as not applicable without its capability.
+
+    Capabilities are optional; their rules are not, for a store that has them.
+    """
+
+    async def test_rule10_listed_keys_are_exactly_those_holding_facts(self) -> None:
+        """Rule 10: tenants() and end_users() list the keys holding facts, in code-point order."""
+        async with self._open() as store:
+            lister = _lister(store)
+            await _listing_is(lister, (), "a fresh store")
+            facts = {pair: await store.remember(*pair, "listed") for pair in _LISTED}
+            await store.remember(*_LISTED[0], "a second fact of the first key")
+            await _listing_is(lister, _LISTED, "after one remember on each key")
+            forgotten, erased = _LISTED[1], _LISTED[-1]
+            check(
+                await store.forget(*forgotten, facts[forgotten].id),
+                2,
+                "forget of a stored fact's id returned False",
+            )
+            await store.erase(*erased)
+            # A listing may only be judged once the deletes were real.
+            for pair, rule in ((forgotten, 2), (erased, 4)):
+                stored = await self.count_stored(store, key_of(pair))
+                check(
+                    stored == 0 and await store.recall(*pair) == (),
+                    rule,
+                    f"deleting the only facts of key {pair!r} left {stored} row(s)",
+                )
+            left = tuple(pair for pair in _LISTED if pair not in {forgotten, erased})
+            await _listing_is(
+                lister, left, "after forgetting one key's only fact and erasing another"
+            )
+            for pair in left:
+                await store.erase(*pair)
+                check(
+                    await store.recall(*pair) == ()
+                    and await self.count_stored(store, key_of(pair)) == 0,
+                    4,
+                    f"erase of key {pair!r} left facts behind",
+                )
+            await _listing_is(lister, (), "after erasing every key")
+
+    async def test_rule10_end_users_refuses_an_invalid_scope(self) -> None:
+        """Rule 10: end_users() of an invalid tenant raises TypeError or InvalidKeyError."""
+        async with self._open() as store:
+            lister = cast("Any", _lister(store))
+            await store.remember(*MAIN, "listed")
+            for label, scope, expected in (
+                ("an empty tenant", "", InvalidKeyError),
+                ("a tenant with a NUL character", "acme\x00", InvalidKeyError),
+                ("None", None, TypeError),
+                ("a scope object without tenant", object(), TypeError),
+            ):
+                try:
+                    await lister.end_users(scope)
+                except expected:
+                    continue
+                except Exception as exc:
+                    raise RuleViolationError(
+                        10,
+                        f"end_users of {label} raised {type(exc).__name__}; it must raise "
+                        f"{expected.__name__}",
+                    ) from exc
+                raise RuleViolationError(
+                    10, f"end_users of {label} answered; it must raise {expected.__name__}"
+                )
+
+    async def test_rule11_restored_facts_keep_id_content_time_and_order(self) -> None:
+        """Rule 11: restore stores each fact as given, after the key's facts, in restore order."""
+        async with self._open() as store:
+            restorer = _restorer(store)
+            earlier = [
+                await store.remember(*MAIN, f"remembered before the restore {index}")
+                for index in range(2)
+            ]
+            check(
+                ids_of(await store.recall(*MAIN)) == ids_of(earlier),
+                3,
+                "recall returns two facts remembered one after the other out of order",
+            )
+            # Older and older times: the order must come from the restores.
+            restored = [
+                Memory(
+                    f"restored-{index}_Ab9",
+                    key_of(MAIN),
+                    f"restored fact {index}",
+                    _RESTORED_AT - timedelta(days=index),
+                )
+                for index in range(3)
+            ]
+            for memory in restored:
+                await _restore_answers(restorer, memory, True, "a new fact")  # noqa: FBT003
+            recalled = await store.recall(*MAIN)
+            expected = (*earlier, *restored)
+            by_time = sorted(expected, key=lambda memory: memory.created_at)
+            if recalled != expected and recalled == tuple(by_time):
+                raise RuleViolationError(
+                    3,
+                    "recall orders facts by created_at, not by insertion: facts restored with "
+                    "older times come first",
+                )
+            check(
+                recalled == expected,
+                11,
+                f"after restoring 3 facts behind 2 remembered ones, recall returned ids "
+                f"{ids_of(recalled)}, not {ids_of(expected)} with their contents and times",
+            )
+            check(
+                all(memory.created_at.utcoffset() == timedelta(0) for memory in recalled),
+                11,
+                "a restored fact's created_at came back in another timezone than UTC",
+            )
+            stored = await self.count_stored(store, key_of(MAIN))
+            check(stored == 5, 11, f"5 facts, 3 of them restored, left {stored} row(s)")
+            later = await store.remember(*MAIN, "remembered after the restore")
+            check(
+                ids_of(await store.recall(*MAIN)) == [*ids_of(expected), later.id]
+                and later.id not in ids_of(restored),
+                11,
+                "a fact remembered after restored ones does not come last with a fresh id",
+            )
+            check(
+                await store.forget(*MAIN, restored[1].id),
+                11,
+                "forget of a restored fact's id returned False",
+            )
+
+    async def test_rule11_restoring_again_changes_nothing_and_a_taken_id_is_refused(self) -> None:
+        """Rule 11: the same fact again answers False; another fact with a taken id is refused."""
+        async with self._open() as store:
+            restorer = _restorer(store)
+            remembered = await store.remember(*SAME_TENANT, "remembered")
+            memory = Memory("restored-once", key_of(MAIN), "restored once", _RESTORED_AT)
+            await _restore_answers(restorer, memory, True, "a new fact")  # noqa: FBT003
+            await _restore_answers(restorer, memory, False, "the same fact again")  # noqa: FBT003
+            watched = (MAIN, SAME_TENANT, SAME_END_USER)
+            before = [await self._listing(store, pair) for pair in watched]
+            for what, taken in (
+                ("other content", Memory(memory.id, memory.key, "other", memory.created_at)),
+                (
+                    "another time",
+                    Memory(memory.id, memory.key, memory.content, _RESTORED_AT + timedelta(1)),
+                ),
+                (
+                    "another key",
+                    Memory(memory.id, key_of(SAME_END_USER), memory.content, memory.created_at),
+                ),
+                (
+                    "the id of a remembered fact",
+                    Memory(remembered.id, key_of(SAME_TENANT), "other", remembered.created_at),
+                ),
+            ):
+                await _refused(
+                    restorer.restore, f"restore of a fact with {what} and a taken id", taken
+                )
+                after = [await self._listing(store, pair) for pair in watched]
+                check(
+                    after == before,
+                    11,
+                    f"a refused restore of a fact with {what} and a taken id changed stored facts",
+                )
+
+    async def _listing(self, store: MemoryStore, pair: Pair) -> tuple[tuple[Memory, ...], int]:
+        return await store.recall(*pair), await self.count_stored(store, key_of(pair))
+
+
+async def _listing_is(lister: ListsEndUsers, pairs: Iterable[Pair], when: str) -> None:
+    pairs = tuple(pairs)
+    tenants = await lister.tenants()
+    expected = tuple(sorted({tenant for tenant, _ in pairs}))
+    check(
+        type(tenants) is tuple and tenants == expected,
+        10,
+        f"{when}, tenants() returned {tenants!r}, not {expected!r}",
+    )
+    for tenant in (*expected, _NO_FACTS_TENANT):
+        users = tuple(sorted(user for owner, user in pairs if owner == tenant))
+        for scope in (tenant, ScopeObject(tenant)):
+            listed = await lister.end_users(scope)
+            check(
+                type(listed) is tuple and listed == users,
+                10,
+                f"{when}, end_users({scope!r}) returned {listed!r}, not {users!r}",
+            )
+
+
+async def _restore_answers(
+    restorer: RestoresFacts,
+    memory: Memory,
+    expected: bool,  # noqa: FBT001
+    what: str,
+) -> None:
+    answer: object = await restorer.restore(memory)
+    check(
+        type(answer) is bool and answer is expected,
+        11,
+        f"restore of {what} returned {answer!r}, not {expected!r}",
+    )
+
+
+async def _refused(restore: Callable[[Memory], Awaitable[bool]], what: str, memory: Memory) -> None:
+    try:
+        answer = await restore(memory)
+    except InvalidInputError:
+        return
+    except Exception as exc:
+        raise RuleViolationError(
+            11, f"{what} raised {type(exc).__name__}; it must raise InvalidInputError"
+        ) from exc
+    raise RuleViolationError(11, f"{what} returned {answer!r}; it must raise InvalidInputError")
