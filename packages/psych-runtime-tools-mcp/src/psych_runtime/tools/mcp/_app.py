@@ -1,0 +1,109 @@
+"""Servers for the two transports: one key fixed at launch, or one key per access token."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Final
+
+from starlette.applications import Starlette
+
+from mcp.server import Server
+from mcp.server.auth.provider import TokenVerifier
+from mcp.server.auth.settings import AuthSettings
+from psych_runtime.memory.port import MemoryStore, Scope
+from psych_runtime.tools.builtins import memory_tools
+
+from ._identity import token_binder
+from ._server import build_server
+
+__all__ = ["SERVER_NAME", "memory_http_app", "memory_server"]
+
+SERVER_NAME: Final = "psych-memory"
+"""The name the server announces to clients."""
+
+
+def memory_server(memory: MemoryStore, *, scope: Scope, end_user_id: str) -> Server[Any]:
+    """Serve one end user's memory: the key is fixed here and no request can change it.
+
+    This is the server behind ``psych-memory-mcp`` over stdio, where one
+    process serves one person. Run it with any MCP transport, or hand it to
+    ``mcp.Client`` to talk to it in-process.
+
+    Args:
+        memory: The store. The caller opens and closes it.
+        scope: The tenant, as for `memory_tools`.
+        end_user_id: The end user, as for `memory_tools`.
+
+    Returns:
+        The server.
+
+    Raises:
+        TypeError: ``memory`` is not a `MemoryStore`, or the key has the wrong type.
+        InvalidKeyError: The tenant or end-user id breaks a key rule.
+    """
+    tools = memory_tools(memory, scope=scope, end_user_id=end_user_id)
+    return build_server(lambda: tools, name=SERVER_NAME)
+
+
+def memory_http_app(  # noqa: PLR0913 - keyword-only settings
+    memory: MemoryStore,
+    *,
+    verifier: TokenVerifier,
+    issuer_url: str,
+    resource_server_url: str,
+    tenant: str | None = None,
+    tenant_claim: str | None = None,
+    required_scopes: Sequence[str] = (),
+    host: str = "127.0.0.1",
+    path: str = "/mcp",
+) -> Starlette:
+    """Serve every signed-in end user's own memory over streamable HTTP.
+
+    Each request must carry a bearer token that ``verifier`` accepts; others
+    get HTTP 401. The end user is `end_user_id_of` the verified token (its
+    issuer and subject); the tenant is ``tenant`` for everyone, or the string
+    in the token's ``tenant_claim``. Two tokens with different end users
+    never reach each other's facts, and sessions stay bound to the token that
+    opened them.
+
+    Args:
+        memory: The store shared by all users. The caller opens and closes it.
+        verifier: Checks bearer tokens (`JwtVerifier`, or any object with the
+            SDK's ``TokenVerifier`` method ``verify_token``). It must check the
+            token's audience itself and return an ``AccessToken`` with
+            ``subject`` and ``claims["iss"]`` set.
+        issuer_url: The authorization server, announced in the protected
+            resource metadata.
+        resource_server_url: This server's public URL (the MCP endpoint).
+        tenant: The tenant of every user.
+        tenant_claim: The claim holding the tenant, instead of ``tenant``.
+        required_scopes: Scopes every token must carry.
+        host: The host the app will be served on; for a loopback host the
+            SDK's DNS-rebinding protection is switched on.
+        path: The path of the MCP endpoint.
+
+    Returns:
+        A Starlette app; serve it with any ASGI server (the console script
+        uses uvicorn).
+
+    Raises:
+        ValueError: Not exactly one of ``tenant`` and ``tenant_claim`` is given,
+            or the tenant breaks a key rule.
+    """
+    if (tenant is None) == (tenant_claim is None):
+        raise ValueError("give exactly one of tenant and tenant_claim")
+    if tenant is not None:
+        # Checked now, so a bad tenant fails at launch and not on each request.
+        memory_tools(memory, scope=tenant, end_user_id="launch-check")
+    bind = token_binder(memory, tenant=tenant, tenant_claim=tenant_claim, options={})
+    server = build_server(bind, name=SERVER_NAME)
+    auth = AuthSettings(
+        issuer_url=issuer_url,  # type: ignore[arg-type]
+        resource_server_url=resource_server_url,  # type: ignore[arg-type]
+        required_scopes=list(required_scopes) or None,
+        # The verifier checks the audience; see JwtVerifier.
+        validate_token_resource=False,
+    )
+    return server.streamable_http_app(
+        streamable_http_path=path, host=host, auth=auth, token_verifier=verifier
+    )

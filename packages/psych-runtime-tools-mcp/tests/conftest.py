@@ -1,0 +1,26 @@
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from psych_runtime.memory.sqlite import SqliteMemory
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    # Listed explicitly: anyio's default would silently skip a missing backend.
+    backend: str = request.param
+    return backend
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "memory.sqlite3"
+
+
+@pytest.fixture
+async def memory(db_path: Path, anyio_backend: str) -> AsyncIterator[SqliteMemory]:
+    async with SqliteMemory(db_path) as store:
+        yield store
