@@ -1,0 +1,62 @@
+"""The console script's command line: what it refuses at launch, before touching the store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from psych_runtime.tools.mcp._cli import main
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--tenant", "acme"], "--tenant and --user are required over stdio"),
+        (["--user", "alice"], "--tenant and --user are required over stdio"),
+        (["--tenant", "acme", "--user", ""], "--user must not be empty"),
+        (["--tenant", "", "--user", "alice"], "--tenant must not be empty"),
+        (["--tenant", "acme", "--user", "a" * 300], "--user must be at most 256 characters"),
+        (["--tenant", "acme", "--user", "alice", "--audience", "x"], "--audience is for --http"),
+        (["--http", "--tenant", "acme", "--user", "alice"], "--user is for stdio only"),
+        (["--http", "--issuer", "https://i", "--audience", "a"], "exactly one of --tenant"),
+        (["--http", "--tenant", "acme", "--audience", "a"], "--issuer and --audience"),
+        (
+            ["--http", "--tenant", "acme", "--issuer", "https://i", "--audience", "a"],
+            "exactly one of --jwks-url and --jwt-key-file",
+        ),
+    ],
+)
+def test_bad_command_lines_are_refused_in_one_line(
+    argv: list[str], says: str, db_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--store", f"sqlite:///{db_path}", *argv])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert says in err
+    assert not db_path.exists()
+
+
+def test_a_store_url_it_cannot_open_is_refused_without_echoing_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--store", "mysql://root:hunter2@db/x", "--tenant", "acme", "--user", "alice"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("psych-memory-mcp: error: --store: ")
+    assert "hunter2" not in err
+
+
+def test_a_store_that_fails_to_open_exits_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "no-such-directory" / "memory.db"
+    status = main(["--store", f"sqlite:///{missing}", "--tenant", "acme", "--user", "alice"])
+    assert status == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "the store cannot be opened" in err
+    assert not missing.parent.exists()
