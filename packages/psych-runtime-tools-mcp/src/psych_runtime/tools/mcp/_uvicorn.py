@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import signal
 import sys
-from typing import Any
+import threading
+from types import FrameType
+from typing import Any, Final
 
 import uvicorn
 from starlette.applications import Starlette
 
 __all__ = ["serve_http"]
+
+_STOP_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM)
 
 
 async def serve_http(app: Starlette, *, host: str, port: int, path: str) -> None:
@@ -25,7 +30,23 @@ async def serve_http(app: Starlette, *, host: str, port: int, path: str) -> None
         path: The MCP endpoint's path, for the announcement.
     """
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
-    await _AnnouncingServer(config, path).serve()
+    server = _AnnouncingServer(config, path)
+    if threading.current_thread() is not threading.main_thread():
+        await server.serve()
+        return
+    # After a graceful shutdown uvicorn raises the signal again with the
+    # handlers it found installed. The default ones would end the process
+    # there, before the caller closes the store; these do nothing instead.
+    previous = {sig: signal.signal(sig, _ignore) for sig in _STOP_SIGNALS}
+    try:
+        await server.serve()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _ignore(sig: int, frame: FrameType | None) -> None:
+    del sig, frame
 
 
 class _AnnouncingServer(uvicorn.Server):
