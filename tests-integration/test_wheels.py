@@ -36,6 +36,9 @@ NAMESPACE_LEVELS = frozenset({"psych_runtime", "psych_runtime/memory", "psych_ru
 PORT = "psych-memory-port"
 INPROC = "psych-memory-inproc"
 TOOLS = "psych-runtime-tools"
+ADMIN = "psych-memory-admin"
+THIRD_PARTY = "thirdparty-memory"
+THIRD_PARTY_SOURCE = Path(__file__).resolve().parent / "thirdparty_backend"
 
 
 def _discover() -> dict[str, Path]:
@@ -412,3 +415,72 @@ def test_the_tools_pinned_to_their_version_pull_both_memory_distributions(
         """
     )
     assert out.strip() == version
+
+
+# Opening stores by URL: the opener finds every backend through entry points.
+
+
+@pytest.mark.skipif(ADMIN not in DISTRIBUTIONS, reason="psych-memory-admin is not in packages/")
+def test_the_opener_requires_the_port_and_the_in_process_adapter_only(
+    wheelhouse: Wheelhouse,
+) -> None:
+    assert wheelhouse.requirements(ADMIN) == {PORT, INPROC}
+    metadata = wheelhouse.metadata(ADMIN)
+    assert set(metadata.get_all("Provides-Extra") or []) == {"sqlite", "postgres"}
+    extras = {}
+    for requirement in metadata.get_all("Requires-Dist") or []:
+        spec, _, marker = requirement.partition(";")
+        if "extra ==" in marker:
+            extra = marker.partition("==")[2].strip().strip("'\"")
+            extras[extra] = _normalise(re.split(r"[\s<>=!~\[(]", spec, maxsplit=1)[0])
+    assert extras == {"sqlite": "psych-memory-sqlite", "postgres": "psych-memory-postgres"}
+
+
+# Run in the fresh environment: what a program using the opener would see.
+OPEN_BY_URL = """
+import asyncio, json
+from psych_runtime.memory.admin import UnknownSchemeError, open_memory, store_schemes
+
+async def session(url):
+    async with open_memory(url) as memory:
+        fact = await memory.remember("acme", "u1", "ships to Berlin")
+        assert await memory.recall("acme", "u1") == (fact,)
+        return type(memory).__module__ + "." + type(memory).__qualname__
+
+async def main():
+    opened = {}
+    for url in ("memory:", "thirdparty:"):
+        try:
+            opened[url] = await session(url)
+        except UnknownSchemeError as error:
+            opened[url] = list(error.installed)
+    return {"schemes": list(store_schemes()), "opened": opened}
+
+print(json.dumps(asyncio.run(main())))
+"""
+
+
+@pytest.mark.skipif(ADMIN not in DISTRIBUTIONS, reason="psych-memory-admin is not in packages/")
+def test_a_third_party_scheme_opens_from_its_own_wheel(venv: Venv, tmp_path: Path) -> None:
+    built = tmp_path / "third-party-wheel"
+    build = [sys.executable, "-m", "hatchling", "build", "-t", "wheel", "-d", str(built)]
+    _run(build, THIRD_PARTY_SOURCE)
+    (wheel,) = built.glob("*.whl")
+    venv.install(ADMIN, str(wheel))
+    assert venv.distributions() == {PORT, INPROC, ADMIN, THIRD_PARTY}
+    assert json.loads(venv.python_code(OPEN_BY_URL)) == {
+        "schemes": ["memory", "thirdparty"],
+        "opened": {
+            "memory:": "psych_runtime.memory.inproc._memory.InProcessMemory",
+            "thirdparty:": "thirdparty_memory.DictMemory",
+        },
+    }
+    # Uninstalled, the backend's scheme is gone and the others stay.
+    venv.uninstall(THIRD_PARTY)
+    assert json.loads(venv.python_code(OPEN_BY_URL)) == {
+        "schemes": ["memory"],
+        "opened": {
+            "memory:": "psych_runtime.memory.inproc._memory.InProcessMemory",
+            "thirdparty:": ["memory"],
+        },
+    }

@@ -39,5 +39,5 @@ async def test_each_instance_has_its_own_table() -> None:
 
 
 def test_public_api() -> None:
-    assert inproc.__all__ == ["InProcessMemory"]
+    assert inproc.__all__ == ["InProcessMemory", "open_url"]
     assert store_backed.__all__ == ["StoreBackedMemory"]

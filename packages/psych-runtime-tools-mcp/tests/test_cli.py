@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from psych_runtime.memory.admin import store_schemes
 from psych_runtime.tools.mcp._cli import main
 
 
@@ -50,6 +51,9 @@ def test_a_store_url_it_cannot_open_is_refused_without_echoing_it(
     assert "hunter2" not in err
 
 
+@pytest.mark.skipif(
+    "sqlite" not in store_schemes(), reason="no installed backend registers sqlite: URLs"
+)
 def test_a_store_that_fails_to_open_exits_1(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

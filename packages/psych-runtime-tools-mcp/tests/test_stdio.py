@@ -14,9 +14,16 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp.types import CallToolResult, TextContent
 
+from psych_runtime.memory.admin import store_schemes
 from psych_runtime.memory.sqlite import SqliteMemory
 
 pytestmark = pytest.mark.anyio
+
+# The SQLite adapter registers its URL scheme with the opener; until it does,
+# the tests that share a file between processes have nothing to open.
+needs_sqlite_urls = pytest.mark.skipif(
+    "sqlite" not in store_schemes(), reason="no installed backend registers sqlite: URLs"
+)
 
 TENANT = "acme"
 USER = "alice"
@@ -28,8 +35,8 @@ def script() -> str:
     return found
 
 
-def launch(db_path: Path, *, user: str = USER) -> Client:
-    store = f"sqlite:///{db_path}"
+def launch(db_path: Path | None, *, user: str = USER) -> Client:
+    store = "memory:" if db_path is None else f"sqlite:///{db_path}"
     return Client(
         StdioServerParameters(
             command=script(), args=["--store", store, "--tenant", TENANT, "--user", user]
@@ -43,6 +50,23 @@ def text(result: CallToolResult) -> str:
     return block.text
 
 
+async def test_the_console_script_serves_the_tools_over_stdio(
+    anyio_backend: str, python_answer: Any
+) -> None:
+    async with launch(None) as session:
+        tools = (await session.list_tools()).tools
+        assert [tool.name for tool in tools] == ["remember", "forget", "recall"]
+        saved = json.loads(text(await session.call_tool("remember", {"content": "likes tea"})))
+        smuggled = {"content": "is an admin", "end_user_id": "mallory"}
+        refused = await session.call_tool("remember", smuggled)
+        assert refused.is_error
+        assert text(refused) == (await python_answer("remember", smuggled)).content
+        recalled = text(await session.call_tool("recall", {}))
+        assert saved["id"] in recalled
+        assert "admin" not in recalled
+
+
+@needs_sqlite_urls
 async def test_the_console_script_serves_one_user_and_closes_the_store(
     db_path: Path, anyio_backend: str, python_answer: Any
 ) -> None:
@@ -67,6 +91,7 @@ async def test_the_console_script_serves_one_user_and_closes_the_store(
         assert await memory.recall(TENANT, "mallory") == ()
 
 
+@needs_sqlite_urls
 async def test_parallel_calls_from_several_clients_on_one_file_lose_nothing(
     db_path: Path, anyio_backend: str
 ) -> None:

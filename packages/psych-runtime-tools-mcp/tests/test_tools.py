@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import anyio
 import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
@@ -168,6 +169,29 @@ async def test_a_store_that_is_down_gives_an_unavailable_answer_and_no_trace(
                 assert leak not in answer, (name, leak)
         with pytest.raises(MCPError, match="memory is unavailable"):
             await session.read_resource(MEMORY_RESOURCE_URI)
+
+
+async def test_parallel_calls_from_several_clients_on_one_sqlite_store_lose_nothing(
+    memory: SqliteMemory,
+) -> None:
+    clients, calls = 4, 10
+    ids: list[str] = []
+
+    async def one_client() -> None:
+        async with client(memory) as session, anyio.create_task_group() as group:
+            for call in range(calls):
+                group.start_soon(remember, session, call)
+
+    async def remember(session: Client, call: int) -> None:
+        result = await session.call_tool("remember", {"content": f"fact {call}"})
+        assert not result.is_error, text(result)
+        ids.append(json.loads(text(result))["id"])
+
+    async with anyio.create_task_group() as group:
+        for _ in range(clients):
+            group.start_soon(one_client)
+    assert sorted(m.id for m in await memory.recall(TENANT, USER)) == sorted(ids)
+    assert len(set(ids)) == clients * calls
 
 
 async def test_a_bad_key_is_refused_when_the_server_is_built(memory: SqliteMemory) -> None:

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from itertools import islice
 
 from psych_runtime.memory.port import (
+    InvalidInputError,
     Memory,
     MemoryKey,
     MemoryStore,
@@ -17,6 +18,7 @@ from psych_runtime.memory.port import (
     validate_content,
     validate_limit,
     validate_memory_id,
+    validate_restored_id,
 )
 
 __all__ = ["InProcessMemory"]
@@ -39,13 +41,21 @@ class InProcessMemory(MemoryStore):
     There is nothing to open: ``async with InProcessMemory() as memory:`` and
     a bare ``InProcessMemory()`` are both ready. Closing drops every fact at
     once; afterwards each call raises `StoreClosedError`.
+
+    Beyond the four methods it provides the port's operator capabilities
+    `ListsEndUsers` (`tenants`, `end_users`: O(keys in the store)) and
+    `RestoresFacts` (`restore`: O(1)). Restoring needs to know which ids the
+    whole store holds; that index is built on the first `restore` and kept
+    from then on, so a store that never restores pays nothing for it.
     """
 
-    __slots__ = ("_closed", "_facts", "_lock")
+    __slots__ = ("_closed", "_facts", "_id_index", "_lock")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._facts: dict[MemoryKey, dict[str, Memory]] = {}
+        # id -> key of every fact held, once a restore has needed it.
+        self._id_index: dict[str, MemoryKey] | None = None
         self._closed = False
 
     async def aclose(self) -> None:
@@ -53,6 +63,7 @@ class InProcessMemory(MemoryStore):
         with self._lock:
             self._closed = True
             self._facts = {}
+            self._id_index = None
 
     async def remember(self, scope: Scope, end_user_id: str, content: str) -> Memory:
         key = memory_key(scope, end_user_id)
@@ -68,6 +79,9 @@ class InProcessMemory(MemoryStore):
             if facts is None:
                 facts = table[key] = {}
             facts[memory.id] = memory
+            ids = self._id_index
+            if ids is not None:
+                ids[memory.id] = key
         return memory
 
     async def forget(self, scope: Scope, end_user_id: str, memory_id: str) -> bool:
@@ -80,6 +94,9 @@ class InProcessMemory(MemoryStore):
             facts = table.get(key)
             if facts is None or facts.pop(memory_id, None) is None:
                 return False
+            ids = self._id_index
+            if ids is not None:
+                del ids[memory_id]
             if not facts:
                 # An end user with no facts leaves no trace in the table.
                 del table[key]
@@ -106,6 +123,108 @@ class InProcessMemory(MemoryStore):
         with self._lock:
             if self._closed:
                 raise StoreClosedError("erase")
+            facts = self._facts.pop(key, None)
+            if facts is None:
+                return 0
+            ids = self._id_index
+            if ids is not None:
+                for memory_id in facts:
+                    del ids[memory_id]
+        return len(facts)
+
+    async def tenants(self) -> tuple[str, ...]:
+        """Every tenant with at least one fact, sorted by code point (see `ListsEndUsers`).
+
+        Raises:
+            StoreClosedError: The store was closed.
+        """
+        with self._lock:
+            if self._closed:
+                raise StoreClosedError("tenants")
+            keys = tuple(self._facts)
+        # Sorting happens outside the lock: the keys are a snapshot.
+        return tuple(sorted({key.tenant for key in keys}))
+
+    async def end_users(self, scope: Scope) -> tuple[str, ...]:
+        """Every end user of the tenant with at least one fact, sorted by code point.
+
+        See `ListsEndUsers`.
+
+        Raises:
+            TypeError: ``scope`` has the wrong type.
+            InvalidKeyError: The tenant breaks a key rule.
+            StoreClosedError: The store was closed.
+        """
+        # The port's one reader of scopes, so the tenant is read and checked
+        # exactly as every other call does; the end user is a placeholder.
+        tenant = memory_key(scope, "-").tenant
+        with self._lock:
+            if self._closed:
+                raise StoreClosedError("end_users")
+            keys = tuple(self._facts)
+        return tuple(sorted(key.end_user_id for key in keys if key.tenant == tenant))
+
+    async def restore(self, memory: Memory) -> bool:
+        """Store ``memory`` as given, after its key's facts (see `RestoresFacts`).
+
+        The id, key, content and ``created_at`` are kept; a ``created_at`` in
+        another time zone is stored as the same instant in UTC.
+
+        Returns:
+            ``True`` if the fact was stored; ``False`` if its key already
+            holds this very fact (nothing changed).
+
+        Raises:
+            TypeError: ``memory`` is not a `Memory`, or one of its fields
+                has the wrong type.
+            InvalidContentError: The content breaks a content rule.
+            InvalidInputError: The id is not restorable, ``created_at`` is
+                naive, or the store holds a different fact with that id.
+                Nothing was stored.
+            StoreClosedError: The store was closed.
+        """
+        memory = _restorable(memory)
+        memory_id = memory.id
+        key = memory.key
+        with self._lock:
+            if self._closed:
+                raise StoreClosedError("restore")
             table = self._facts
-            facts = table.pop(key, None)
-        return 0 if facts is None else len(facts)
+            ids = self._id_index
+            if ids is None:
+                ids = self._id_index = {
+                    held: held_key for held_key, facts in table.items() for held in facts
+                }
+            held_key = ids.get(memory_id)
+            if held_key is not None:
+                if table[held_key][memory_id] == memory:
+                    return False
+                raise InvalidInputError("memory.id", "is held by a different fact in this store")
+            facts = table.get(key)
+            if facts is None:
+                facts = table[key] = {}
+            facts[memory_id] = memory
+            ids[memory_id] = key
+        return True
+
+
+def _restorable(memory: object) -> Memory:
+    """Check a fact about to be restored; return it with ``created_at`` in UTC."""
+    if not isinstance(memory, Memory):
+        raise TypeError(f"memory must be a Memory, not {type(memory).__qualname__}")
+    validate_restored_id(memory.id)
+    # Memory checks no types of its own, so a hand-built one may hold anything.
+    key: object = memory.key
+    if not isinstance(key, MemoryKey):
+        raise TypeError(f"memory.key must be a MemoryKey, not {type(key).__qualname__}")
+    validate_content(memory.content)
+    created_at: object = memory.created_at
+    if not isinstance(created_at, datetime):
+        raise TypeError(
+            f"memory.created_at must be a datetime, not {type(created_at).__qualname__}"
+        )
+    if created_at.utcoffset() is None:
+        raise InvalidInputError("memory.created_at", "must be timezone-aware")
+    if created_at.tzinfo is UTC:
+        return memory
+    return Memory(memory.id, memory.key, memory.content, created_at.astimezone(UTC))

@@ -13,11 +13,11 @@ from typing import NoReturn
 import anyio
 
 from mcp.server.stdio import stdio_server
+from psych_runtime.memory.admin import open_memory
 from psych_runtime.memory.port import InvalidKeyError, MemoryStore, memory_key
 
 from ._app import memory_http_app, memory_server
 from ._jwt import JwtVerifier
-from ._open import open_store
 from ._uvicorn import serve_http
 
 __all__ = ["main"]
@@ -59,7 +59,11 @@ def _parser() -> _Parser:
             "request's end user comes from its verified OAuth access token."
         ),
     )
-    parser.add_argument("--store", required=True, help="memory: or sqlite:///path")
+    parser.add_argument(
+        "--store",
+        required=True,
+        help="the store's URL: memory:, sqlite:///path, postgresql://... (any installed scheme)",
+    )
     parser.add_argument("--tenant", help="the tenant (stdio; HTTP unless --tenant-claim)")
     parser.add_argument("--user", help="the end user (stdio only)")
     http = parser.add_argument_group("streamable HTTP")
@@ -142,7 +146,7 @@ async def _with_store(
 
     async with contextlib.AsyncExitStack() as stack:
         try:
-            memory = await stack.enter_async_context(open_store(url))
+            memory = await stack.enter_async_context(open_memory(url))
         except ValueError as error:
             parser.error(f"--store: {error}")
         except Exception as error:  # noqa: BLE001 - any failure to open is one line

@@ -1,0 +1,23 @@
+"""Open any Psych memory store by URL, and show a URL without its password.
+
+``open_memory("memory:")``, ``open_memory("sqlite:///facts.db")`` and
+``open_memory("postgresql://...")`` each yield a ready `MemoryStore` and close
+it on exit. Backends register their schemes in the entry-point group
+``psych_runtime.memory.stores``, so a third-party backend opens the same way;
+this package imports no adapter itself.
+"""
+
+from ._errors import StoreBackendError, StoreUrlError, UnknownSchemeError
+from ._open import ENTRY_POINT_GROUP, open_memory, store_schemes
+from ._url import redact_url
+from ._version import __version__ as __version__
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "StoreBackendError",
+    "StoreUrlError",
+    "UnknownSchemeError",
+    "open_memory",
+    "redact_url",
+    "store_schemes",
+]
