@@ -6,10 +6,14 @@ import importlib.metadata
 import inspect
 from pathlib import Path
 
+import pytest
+
 import psych_runtime
 import psych_runtime.memory
 import psych_runtime.tools
 import psych_runtime.tools.mcp as mcp_
+from psych_runtime.memory.inproc import InProcessMemory
+from psych_runtime.memory.port import InvalidKeyError
 from psych_runtime.tools.mcp import JwtVerifier, memory_http_app, memory_server
 
 
@@ -63,3 +67,20 @@ def test_keys_and_settings_are_keyword_only_without_defaults_for_the_key() -> No
 def test_documented_contracts() -> None:
     for function in (memory_server, memory_http_app, JwtVerifier):
         assert "Raises:" in (function.__doc__ or ""), function
+
+
+def test_the_http_app_refuses_bad_settings_when_built() -> None:
+    memory = InProcessMemory()
+    verifier = JwtVerifier(issuers=["https://i.example"], audience="a", key="k")
+    urls = {"issuer_url": "https://i.example", "resource_server_url": "https://r.example/mcp"}
+    with pytest.raises(ValueError, match="exactly one of tenant and tenant_claim"):
+        memory_http_app(memory, verifier=verifier, **urls)
+    with pytest.raises(ValueError, match="exactly one of tenant and tenant_claim"):
+        memory_http_app(memory, verifier=verifier, tenant="acme", tenant_claim="org", **urls)
+    with pytest.raises(InvalidKeyError, match="tenant"):
+        memory_http_app(memory, verifier=verifier, tenant=" acme", **urls)
+    with pytest.raises(TypeError, match="memory must be a MemoryStore"):
+        memory_http_app(object(), verifier=verifier, tenant="acme", **urls)  # type: ignore[arg-type]
+    app = memory_http_app(memory, verifier=verifier, tenant_claim="org", **urls)
+    paths = {getattr(route, "path", None) for route in app.routes}
+    assert {"/mcp", "/.well-known/oauth-protected-resource/mcp"} <= paths

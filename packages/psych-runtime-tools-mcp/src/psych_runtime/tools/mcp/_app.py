@@ -10,7 +10,7 @@ from starlette.applications import Starlette
 from mcp.server import Server
 from mcp.server.auth.provider import TokenVerifier
 from mcp.server.auth.settings import AuthSettings
-from psych_runtime.memory.port import MemoryStore, Scope
+from psych_runtime.memory.port import MemoryStore, Scope, validate_key_part
 from psych_runtime.tools.builtins import memory_tools
 
 from ._identity import token_binder
@@ -87,14 +87,17 @@ def memory_http_app(  # noqa: PLR0913 - keyword-only settings
         uses uvicorn).
 
     Raises:
-        ValueError: Not exactly one of ``tenant`` and ``tenant_claim`` is given,
-            or the tenant breaks a key rule.
+        TypeError: ``memory`` is not a `MemoryStore`, or ``tenant`` is not a `str`.
+        ValueError: Not exactly one of ``tenant`` and ``tenant_claim`` is given.
+        InvalidKeyError: ``tenant`` breaks a key rule.
     """
+    if not isinstance(memory, MemoryStore):
+        raise TypeError(f"memory must be a MemoryStore, not {type(memory).__qualname__}")
     if (tenant is None) == (tenant_claim is None):
         raise ValueError("give exactly one of tenant and tenant_claim")
     if tenant is not None:
         # Checked now, so a bad tenant fails at launch and not on each request.
-        memory_tools(memory, scope=tenant, end_user_id="launch-check")
+        validate_key_part(tenant, "tenant")
     bind = token_binder(memory, tenant=tenant, tenant_claim=tenant_claim, options={})
     server = build_server(bind, name=SERVER_NAME)
     auth = AuthSettings(

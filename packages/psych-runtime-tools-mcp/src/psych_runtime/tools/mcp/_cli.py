@@ -14,7 +14,7 @@ import anyio
 
 from mcp.server.stdio import stdio_server
 from psych_runtime.memory.admin import open_memory
-from psych_runtime.memory.port import InvalidKeyError, MemoryStore, memory_key
+from psych_runtime.memory.port import InvalidKeyError, MemoryStore, memory_key, validate_key_part
 
 from ._app import memory_http_app, memory_server
 from ._jwt import JwtVerifier
@@ -111,7 +111,7 @@ def _main_http(parser: _Parser, args: argparse.Namespace) -> int:
         parser.error("give exactly one of --jwks-url and --jwt-key-file")
     if args.tenant is not None:
         try:
-            memory_key(args.tenant, "launch-check")
+            validate_key_part(args.tenant, "tenant")
         except InvalidKeyError as error:
             parser.error(f"--tenant {error.rule}")
     try:
