@@ -11,7 +11,8 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 from mcp.types import CallToolResult, TextContent
 
-from psych_runtime.memory.port import InvalidKeyError
+from psych_runtime.memory.inproc import InProcessMemory
+from psych_runtime.memory.port import InvalidKeyError, MemoryStore
 from psych_runtime.memory.sqlite import SqliteMemory
 from psych_runtime.tools.builtins import memory_tools
 from psych_runtime.tools.mcp import MEMORY_PROMPT, MEMORY_RESOURCE_URI, RECALL, memory_server
@@ -29,7 +30,7 @@ def text(result: CallToolResult) -> str:
     return block.text
 
 
-def client(memory: SqliteMemory) -> Client:
+def client(memory: MemoryStore) -> Client:
     return Client(memory_server(memory, scope=TENANT, end_user_id=USER))
 
 
@@ -197,3 +198,15 @@ async def test_parallel_calls_from_several_clients_on_one_sqlite_store_lose_noth
 async def test_a_bad_key_is_refused_when_the_server_is_built(memory: SqliteMemory) -> None:
     with pytest.raises(InvalidKeyError):
         memory_server(memory, scope=TENANT, end_user_id=" alice")
+
+
+async def test_a_closed_store_says_nothing_was_saved(anyio_backend: str) -> None:
+    memory = InProcessMemory()
+    await memory.aclose()
+    async with client(memory) as session:
+        result = await session.call_tool("remember", {"content": "likes tea"})
+    assert result.is_error
+    assert json.loads(text(result)) == {
+        "error": "remember failed: memory is unavailable right now. "
+        "Nothing was saved or deleted; try again later."
+    }
