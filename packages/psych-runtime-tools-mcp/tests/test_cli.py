@@ -9,6 +9,8 @@ import pytest
 from psych_runtime.memory.admin import store_schemes
 from psych_runtime.tools.mcp._cli import main
 
+HTTP = ["--http", "--issuer", "https://i", "--audience", "a"]
+
 
 @pytest.mark.parametrize(
     ("argv", "says"),
@@ -25,6 +27,14 @@ from psych_runtime.tools.mcp._cli import main
         (
             ["--http", "--tenant", "acme", "--issuer", "https://i", "--audience", "a"],
             "exactly one of --jwks-url and --jwt-key-file",
+        ),
+        (
+            [*HTTP, "--tenant", " acme", "--jwks-url", "https://i/jwks"],
+            "--tenant must not start or end with whitespace",
+        ),
+        (
+            [*HTTP, "--tenant", "acme", "--jwt-key-file", "/no/such/key.pem"],
+            "--jwt-key-file cannot be read (FileNotFoundError)",
         ),
     ],
 )

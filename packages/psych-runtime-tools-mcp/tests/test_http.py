@@ -165,10 +165,17 @@ async def test_an_end_user_id_argument_is_refused_and_nothing_stored(
 
 
 @pytest.mark.anyio
-async def test_a_token_without_the_tenant_claim_reaches_no_memory(
-    server: Server, anyio_backend: str
+@pytest.mark.parametrize(
+    "claims",
+    [{"org": None}, {"org": 7}, {"org": " acme"}, {"sub": "x" * 300}],
+    ids=["no tenant", "tenant not a string", "invalid tenant", "end user too long"],
+)
+async def test_a_token_without_a_valid_key_reaches_no_memory(
+    server: Server, anyio_backend: str, claims: dict[str, Any]
 ) -> None:
-    async with connect(server, server.token("dave", org=None)) as session:
+    claims = dict(claims)
+    subject = claims.pop("sub", "dave")
+    async with connect(server, server.token(subject, **claims)) as session:
         result = await session.call_tool("remember", {"content": "likes tea"})
     assert result.is_error
     assert "not signed in as a user this server can serve" in text(result)

@@ -47,6 +47,12 @@ async def test_a_valid_token_gives_subject_issuer_and_scopes(anyio_backend: str)
     assert accepted.scopes == ["memory", "profile"]
     assert accepted.resource == AUDIENCE
     assert end_user_id_of(accepted) == f"{ISSUER}#alice"
+    listed = await verifier().verify_token(token(scp=["memory", 7], client_id="cli"))
+    assert listed is not None
+    assert (listed.scopes, listed.client_id) == (["memory"], "cli")
+    bare = await verifier().verify_token(token())
+    assert bare is not None
+    assert (bare.scopes, bare.client_id) == ([], "alice")
 
 
 @pytest.mark.parametrize(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -39,7 +40,11 @@ def launch(db_path: Path | None, *, user: str = USER) -> Client:
     store = "memory:" if db_path is None else f"sqlite:///{db_path}"
     return Client(
         StdioServerParameters(
-            command=script(), args=["--store", store, "--tenant", TENANT, "--user", user]
+            command=script(),
+            args=["--store", store, "--tenant", TENANT, "--user", user],
+            # The SDK passes a minimal environment; coverage measurement of
+            # the subprocess needs its own variables too.
+            env={name: value for name, value in os.environ.items() if name.startswith("COV")},
         )
     )
 

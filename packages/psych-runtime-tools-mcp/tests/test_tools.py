@@ -144,6 +144,11 @@ async def test_resource_and_prompt_hold_the_python_tools_memory_block(
         (prompt,) = (await session.list_prompts()).prompts
         assert prompt.name == MEMORY_PROMPT
         got = await session.get_prompt(MEMORY_PROMPT)
+    async with client(memory) as session:
+        with pytest.raises(MCPError, match="no such resource"):
+            await session.read_resource("memory://another-user")
+        with pytest.raises(MCPError, match="no such prompt"):
+            await session.get_prompt("other")
     (contents,) = read.contents
     assert getattr(contents, "text", None) == block
     (message,) = got.messages

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import signal
 import sys
-import threading
 from types import FrameType
 from typing import Any, Final
 
@@ -17,7 +16,7 @@ _STOP_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM)
 
 
 async def serve_http(app: Starlette, *, host: str, port: int, path: str) -> None:
-    """Serve ``app`` until the process is told to stop (SIGINT or SIGTERM).
+    """Serve ``app`` until the process is told to stop (SIGINT or SIGTERM); main thread only.
 
     Once the socket listens, one line ``psych-memory-mcp: listening on
     http://HOST:PORT/PATH`` goes to stderr, with the real port when ``port``
@@ -31,9 +30,6 @@ async def serve_http(app: Starlette, *, host: str, port: int, path: str) -> None
     """
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
     server = _AnnouncingServer(config, path)
-    if threading.current_thread() is not threading.main_thread():
-        await server.serve()
-        return
     # After a graceful shutdown uvicorn raises the signal again with the
     # handlers it found installed. The default ones would end the process
     # there, before the caller closes the store; these do nothing instead.
