@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
 import pytest
 
 from psych_runtime.memory.admin import store_schemes
+from psych_runtime.tools.builtins import memory_tools
 from psych_runtime.tools.mcp._cli import main
 
+TOOLS_HAVE_LIMITS = "max_facts" in inspect.signature(memory_tools).parameters
 HTTP = ["--http", "--issuer", "https://i", "--audience", "a"]
 
 
@@ -29,6 +32,10 @@ HTTP = ["--http", "--issuer", "https://i", "--audience", "a"]
             "exactly one of --jwks-url and --jwt-key-file",
         ),
         (
+            ["--tenant", "acme", "--user", "alice", "--max-facts", "many"],
+            "--max-facts: must be a whole number or 'none'",
+        ),
+        (
             [*HTTP, "--tenant", " acme", "--jwks-url", "https://i/jwks"],
             "--tenant must not start or end with whitespace",
         ),
@@ -47,6 +54,21 @@ def test_bad_command_lines_are_refused_in_one_line(
     err = capsys.readouterr().err
     assert err.count("\n") == 1, err
     assert says in err
+    assert not db_path.exists()
+
+
+@pytest.mark.skipif(not TOOLS_HAVE_LIMITS, reason="these tools take no limits")
+@pytest.mark.parametrize("limit", ["--max-facts", "--max-fact-length", "--max-prompt-chars"])
+def test_an_out_of_range_limit_is_refused_before_the_store_is_opened(
+    limit: str, db_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = f"sqlite:///{db_path}"
+    with pytest.raises(SystemExit) as exited:
+        main(["--store", store, "--tenant", "acme", "--user", "alice", limit, "0"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith("psych-memory-mcp: error: a limit is refused: ")
     assert not db_path.exists()
 
 

@@ -7,6 +7,7 @@ import inspect
 from pathlib import Path
 
 import pytest
+from starlette.applications import Starlette
 
 import psych_runtime
 import psych_runtime.memory
@@ -53,13 +54,16 @@ def test_console_script_is_registered() -> None:
 
 def test_keys_and_settings_are_keyword_only_without_defaults_for_the_key() -> None:
     params = inspect.signature(memory_server).parameters
-    assert list(params) == ["memory", "scope", "end_user_id"]
+    assert list(params) == ["memory", "scope", "end_user_id", "limits"]
+    assert params["limits"].kind is inspect.Parameter.VAR_KEYWORD
     for name in ("scope", "end_user_id"):
         assert params[name].kind is inspect.Parameter.KEYWORD_ONLY, name
         assert params[name].default is inspect.Parameter.empty, name
     http = inspect.signature(memory_http_app).parameters
     assert "end_user_id" not in http
-    assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in list(http.values())[1:])
+    assert [p.kind for p in http.values()][1:] == [inspect.Parameter.KEYWORD_ONLY] * (
+        len(http) - 2
+    ) + [inspect.Parameter.VAR_KEYWORD]
     jwt = inspect.signature(JwtVerifier).parameters
     assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in jwt.values())
 
@@ -72,15 +76,23 @@ def test_documented_contracts() -> None:
 def test_the_http_app_refuses_bad_settings_when_built() -> None:
     memory = InProcessMemory()
     verifier = JwtVerifier(issuers=["https://i.example"], audience="a", key="k")
-    urls = {"issuer_url": "https://i.example", "resource_server_url": "https://r.example/mcp"}
+
+    def app(store: object = memory, **settings: str) -> Starlette:
+        return memory_http_app(
+            store,  # type: ignore[arg-type]
+            verifier=verifier,
+            issuer_url="https://i.example",
+            resource_server_url="https://r.example/mcp",
+            **settings,  # type: ignore[arg-type]
+        )
+
     with pytest.raises(ValueError, match="exactly one of tenant and tenant_claim"):
-        memory_http_app(memory, verifier=verifier, **urls)
+        app()
     with pytest.raises(ValueError, match="exactly one of tenant and tenant_claim"):
-        memory_http_app(memory, verifier=verifier, tenant="acme", tenant_claim="org", **urls)
+        app(tenant="acme", tenant_claim="org")
     with pytest.raises(InvalidKeyError, match="tenant"):
-        memory_http_app(memory, verifier=verifier, tenant=" acme", **urls)
+        app(tenant=" acme")
     with pytest.raises(TypeError, match="memory must be a MemoryStore"):
-        memory_http_app(object(), verifier=verifier, tenant="acme", **urls)  # type: ignore[arg-type]
-    app = memory_http_app(memory, verifier=verifier, tenant_claim="org", **urls)
-    paths = {getattr(route, "path", None) for route in app.routes}
+        app(object(), tenant="acme")
+    paths = {getattr(route, "path", None) for route in app(tenant_claim="org").routes}
     assert {"/mcp", "/.well-known/oauth-protected-resource/mcp"} <= paths

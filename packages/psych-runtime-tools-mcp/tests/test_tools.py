@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 from typing import Any
 
@@ -198,6 +199,30 @@ async def test_parallel_calls_from_several_clients_on_one_sqlite_store_lose_noth
             group.start_soon(one_client)
     assert sorted(m.id for m in await memory.recall(TENANT, USER)) == sorted(ids)
     assert len(set(ids)) == clients * calls
+
+
+@pytest.mark.skipif(
+    "max_facts" not in inspect.signature(memory_tools).parameters,
+    reason="these tools take no limits",
+)
+async def test_the_tools_limits_are_server_options(memory: SqliteMemory) -> None:
+    limits = {"max_facts": 2, "max_fact_length": 100}
+    bound = memory_tools(memory, scope=TENANT, end_user_id=USER, **limits)
+    server = memory_server(memory, scope=TENANT, end_user_id=USER, **limits)
+    async with Client(server) as session:
+        tools = {tool.name: tool for tool in (await session.list_tools()).tools}
+        for spec in bound.specs:
+            assert tools[spec.name].input_schema == spec.input_schema
+            assert tools[spec.name].description == spec.description
+        for number in range(2):
+            saved = await session.call_tool("remember", {"content": f"fact {number}"})
+            assert not saved.is_error
+        full = await session.call_tool("remember", {"content": "one too many"})
+        too_long = await session.call_tool("remember", {"content": "x" * 101})
+    assert full.is_error
+    assert text(full) == (await bound.call("remember", {"content": "one too many"})).content
+    assert too_long.is_error
+    assert len(await memory.recall(TENANT, USER)) == 2
 
 
 async def test_a_bad_key_is_refused_when_the_server_is_built(memory: SqliteMemory) -> None:

@@ -22,7 +22,9 @@ SERVER_NAME: Final = "psych-memory"
 """The name the server announces to clients."""
 
 
-def memory_server(memory: MemoryStore, *, scope: Scope, end_user_id: str) -> Server[Any]:
+def memory_server(
+    memory: MemoryStore, *, scope: Scope, end_user_id: str, **limits: int | None
+) -> Server[Any]:
     """Serve one end user's memory: the key is fixed here and no request can change it.
 
     This is the server behind ``psych-memory-mcp`` over stdio, where one
@@ -33,15 +35,20 @@ def memory_server(memory: MemoryStore, *, scope: Scope, end_user_id: str) -> Ser
         memory: The store. The caller opens and closes it.
         scope: The tenant, as for `memory_tools`.
         end_user_id: The end user, as for `memory_tools`.
+        **limits: The limits `memory_tools` takes (``max_facts``,
+            ``max_fact_length``, ``max_prompt_chars``), passed on unchanged;
+            what is not given keeps the tools' default.
 
     Returns:
         The server.
 
     Raises:
-        TypeError: ``memory`` is not a `MemoryStore`, or the key has the wrong type.
+        TypeError: ``memory`` is not a `MemoryStore`, the key has the wrong
+            type, or a limit is not one `memory_tools` takes.
         InvalidKeyError: The tenant or end-user id breaks a key rule.
+        ValueError: A limit is out of range.
     """
-    tools = memory_tools(memory, scope=scope, end_user_id=end_user_id)
+    tools = memory_tools(memory, scope=scope, end_user_id=end_user_id, **limits)
     return build_server(lambda: tools, name=SERVER_NAME)
 
 
@@ -56,6 +63,7 @@ def memory_http_app(  # noqa: PLR0913 - keyword-only settings
     required_scopes: Sequence[str] = (),
     host: str = "127.0.0.1",
     path: str = "/mcp",
+    **limits: int | None,
 ) -> Starlette:
     """Serve every signed-in end user's own memory over streamable HTTP.
 
@@ -81,14 +89,17 @@ def memory_http_app(  # noqa: PLR0913 - keyword-only settings
         host: The host the app will be served on; for a loopback host the
             SDK's DNS-rebinding protection is switched on.
         path: The path of the MCP endpoint.
+        **limits: The limits `memory_tools` takes, for every user's tools.
 
     Returns:
         A Starlette app; serve it with any ASGI server (the console script
         uses uvicorn).
 
     Raises:
-        TypeError: ``memory`` is not a `MemoryStore`, or ``tenant`` is not a `str`.
-        ValueError: Not exactly one of ``tenant`` and ``tenant_claim`` is given.
+        TypeError: ``memory`` is not a `MemoryStore`, ``tenant`` is not a
+            `str`, or a limit is not one `memory_tools` takes.
+        ValueError: Not exactly one of ``tenant`` and ``tenant_claim`` is
+            given, or a limit is out of range.
         InvalidKeyError: ``tenant`` breaks a key rule.
     """
     if not isinstance(memory, MemoryStore):
@@ -98,7 +109,9 @@ def memory_http_app(  # noqa: PLR0913 - keyword-only settings
     if tenant is not None:
         # Checked now, so a bad tenant fails at launch and not on each request.
         validate_key_part(tenant, "tenant")
-    bind = token_binder(memory, tenant=tenant, tenant_claim=tenant_claim, options={})
+    # Built once here so that a bad limit fails now, not on each request.
+    memory_tools(memory, scope=tenant or "launch-check", end_user_id="launch-check", **limits)
+    bind = token_binder(memory, tenant=tenant, tenant_claim=tenant_claim, limits=limits)
     server = build_server(bind, name=SERVER_NAME)
     auth = AuthSettings(
         issuer_url=issuer_url,  # type: ignore[arg-type]

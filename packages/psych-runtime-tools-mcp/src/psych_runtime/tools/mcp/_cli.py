@@ -14,7 +14,9 @@ import anyio
 
 from mcp.server.stdio import stdio_server
 from psych_runtime.memory.admin import open_memory
+from psych_runtime.memory.inproc import InProcessMemory
 from psych_runtime.memory.port import InvalidKeyError, MemoryStore, memory_key, validate_key_part
+from psych_runtime.tools.builtins import memory_tools
 
 from ._app import memory_http_app, memory_server
 from ._jwt import JwtVerifier
@@ -24,6 +26,11 @@ __all__ = ["main"]
 
 _PROG = "psych-memory-mcp"
 _OPTION_OF_ARGUMENT = {"end_user_id": "--user"}
+_LIMITS = {
+    "max_facts": "the most facts one end user may hold",
+    "max_fact_length": "the most characters of one fact",
+    "max_prompt_chars": "the most characters of the memory block (recall, resource, prompt)",
+}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -66,6 +73,14 @@ def _parser() -> _Parser:
     )
     parser.add_argument("--tenant", help="the tenant (stdio; HTTP unless --tenant-claim)")
     parser.add_argument("--user", help="the end user (stdio only)")
+    limits = parser.add_argument_group(
+        "limits of the memory tools (each a number or 'none'; default: the tools' own)"
+    )
+    for name, help_text in _LIMITS.items():
+        # Left out of the namespace unless given, so that "none" stays distinct.
+        limits.add_argument(
+            f"--{name.replace('_', '-')}", type=_limit, default=argparse.SUPPRESS, help=help_text
+        )
     http = parser.add_argument_group("streamable HTTP")
     http.add_argument("--http", action="store_true", help="serve streamable HTTP, not stdio")
     http.add_argument("--host", default="127.0.0.1")
@@ -92,8 +107,10 @@ def _main_stdio(parser: _Parser, args: argparse.Namespace) -> int:
     except InvalidKeyError as error:
         parser.error(f"{_OPTION_OF_ARGUMENT.get(error.argument, '--tenant')} {error.rule}")
 
+    limits = _checked_limits(parser, args)
+
     async def serve(memory: MemoryStore) -> None:
-        server = memory_server(memory, scope=args.tenant, end_user_id=args.user)
+        server = memory_server(memory, scope=args.tenant, end_user_id=args.user, **limits)
         async with stdio_server() as (read_stream, write_stream):
             await server.run(read_stream, write_stream, server.create_initialization_options())
 
@@ -118,6 +135,7 @@ def _main_http(parser: _Parser, args: argparse.Namespace) -> int:
         key = args.jwt_key_file.read_text() if args.jwt_key_file is not None else None
     except OSError as error:
         parser.error(f"--jwt-key-file cannot be read ({type(error).__name__})")
+    limits = _checked_limits(parser, args)
     verifier = JwtVerifier(
         issuers=args.issuer, audience=args.audience, jwks_url=args.jwks_url, key=key
     )
@@ -133,11 +151,34 @@ def _main_http(parser: _Parser, args: argparse.Namespace) -> int:
             required_scopes=args.scope,
             host=args.host,
             path=args.path,
+            **limits,
         )
         await serve_http(app, host=args.host, port=args.port, path=args.path)
 
     # uvicorn runs on asyncio only.
     return anyio.run(_with_store, parser, args.store, serve, backend="asyncio")
+
+
+def _limit(text: str) -> int | None:
+    if text.lower() == "none":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("must be a whole number or 'none'") from None
+
+
+def _checked_limits(parser: _Parser, args: argparse.Namespace) -> dict[str, int | None]:
+    # Only the limits given are passed on: the others keep the tools' defaults.
+    limits: dict[str, int | None] = {
+        name: getattr(args, name) for name in _LIMITS if hasattr(args, name)
+    }
+    try:
+        # Checked before any store is opened, so a bad limit creates nothing.
+        memory_tools(InProcessMemory(), scope="launch-check", end_user_id="launch-check", **limits)
+    except (TypeError, ValueError) as error:
+        parser.error(f"a limit is refused: {error}")
+    return limits
 
 
 async def _with_store(

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.auth.provider import AccessToken
 from psych_runtime.memory.port import InvalidKeyError, MemoryStore
@@ -49,7 +47,7 @@ def token_binder(
     *,
     tenant: str | None,
     tenant_claim: str | None,
-    options: dict[str, Any],
+    limits: dict[str, int | None],
 ) -> Binder:
     """Bind each request to the end user of its verified access token.
 
@@ -57,7 +55,7 @@ def token_binder(
         memory: The store.
         tenant: The tenant of every user, or ``None`` to read ``tenant_claim``.
         tenant_claim: The claim holding the tenant, when ``tenant`` is ``None``.
-        options: Keyword options for `memory_tools`.
+        limits: Keyword limits for `memory_tools`.
 
     Returns:
         The binder; it raises `IdentityError` when the request has no
@@ -72,7 +70,7 @@ def token_binder(
         if not isinstance(scope, str):
             raise IdentityError("the access token names no tenant")
         try:
-            return memory_tools(memory, scope=scope, end_user_id=end_user_id_of(token), **options)
+            return memory_tools(memory, scope=scope, end_user_id=end_user_id_of(token), **limits)
         except InvalidKeyError:
             raise IdentityError("the access token gives no valid tenant and end user") from None
 
