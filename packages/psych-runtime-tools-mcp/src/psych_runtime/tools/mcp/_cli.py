@@ -13,9 +13,15 @@ from typing import NoReturn
 import anyio
 
 from mcp.server.stdio import stdio_server
-from psych_runtime.memory.admin import open_memory
+from psych_runtime.memory.admin import StoreBackendError, open_memory
 from psych_runtime.memory.inproc import InProcessMemory
-from psych_runtime.memory.port import InvalidKeyError, MemoryStore, memory_key, validate_key_part
+from psych_runtime.memory.port import (
+    InvalidKeyError,
+    MemoryStore,
+    MemoryStoreError,
+    memory_key,
+    validate_key_part,
+)
 from psych_runtime.tools.builtins import memory_tools
 
 from ._app import memory_http_app, memory_server
@@ -191,10 +197,11 @@ async def _with_store(
         except ValueError as error:
             parser.error(f"--store: {error}")
         except Exception as error:  # noqa: BLE001 - any failure to open is one line
-            print(
-                f"{_PROG}: error: the store cannot be opened ({type(error).__name__})",
-                file=sys.stderr,
-            )
+            # The port's and the opener's errors never hold a password; others
+            # (a driver's, the file system's) are named by type only.
+            shown = str(error) if isinstance(error, MemoryStoreError | StoreBackendError) else ""
+            reason = f"{type(error).__name__}: {shown}" if shown else type(error).__name__
+            print(f"{_PROG}: error: the store cannot be opened ({reason})", file=sys.stderr)
             return 1
         # Leaving the stack closes the store: shutdown never leaves it open.
         await serve(memory)
