@@ -233,3 +233,31 @@ async def test_parallel_calls_from_several_clients_lose_nothing(
         async with connect(server, server.token(user)) as session:
             assert await recall_ids(session) == set(saved)
         assert len(set(saved)) == clients_per_user * calls
+
+
+def test_a_session_opened_with_one_token_is_refused_to_another(server: Server) -> None:
+    headers = {"Accept": "application/json, text/event-stream"}
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "test", "version": "0"},
+        },
+    }
+    alice = {**headers, "Authorization": f"Bearer {server.token('alice')}"}
+    opened = httpx2.post(server.url, headers=alice, json=initialize, timeout=30)
+    assert opened.status_code == 200
+    session = opened.headers["mcp-session-id"]
+    bob = {
+        **headers,
+        "Authorization": f"Bearer {server.token('bob')}",
+        "Mcp-Session-Id": session,
+        "Mcp-Protocol-Version": "2025-06-18",
+    }
+    call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "recall"}}
+    taken = httpx2.post(server.url, headers=bob, json=call, timeout=30)
+    assert taken.status_code in {403, 404}
+    assert "alice" not in taken.text
