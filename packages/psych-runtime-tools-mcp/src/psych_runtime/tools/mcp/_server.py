@@ -1,0 +1,222 @@
+"""The MCP server: memory tools, a resource and a prompt, bound to a key the model never sees."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+from mcp.server import Server, ServerRequestContext
+from mcp.shared.exceptions import MCPError
+from mcp.types import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    CallToolRequestParams,
+    CallToolResult,
+    GetPromptRequestParams,
+    GetPromptResult,
+    ListPromptsResult,
+    ListResourcesResult,
+    ListToolsResult,
+    PaginatedRequestParams,
+    Prompt,
+    PromptMessage,
+    ReadResourceRequestParams,
+    ReadResourceResult,
+    Resource,
+    TextContent,
+    TextResourceContents,
+    Tool,
+    ToolAnnotations,
+)
+from psych_runtime.tools.builtins import MemoryTools, ToolResult, ToolSpec
+
+from ._recall import RECALL, recall_refusal
+from ._results import no_identity, unavailable, unknown_tool
+from ._version import __version__
+
+__all__ = ["MEMORY_PROMPT", "MEMORY_RESOURCE_URI", "IdentityError", "build_server"]
+
+MEMORY_RESOURCE_URI: Final = "memory://current-user"
+"""The URI of the resource holding the current end user's memory block."""
+
+MEMORY_PROMPT: Final = "memory"
+"""The name of the prompt holding the current end user's memory block."""
+
+_INSTRUCTIONS: Final = (
+    "Long-term memory about the user you are talking to. Call recall to see what "
+    "is known, remember to save a lasting fact, forget to delete one by its id. "
+    "Who the user is was decided when this server was connected; no tool takes a "
+    "user, tenant or scope."
+)
+_EMPTY_BLOCK: Final = "No facts are saved about the current user yet."
+_ANNOTATIONS: Final = {
+    "remember": ToolAnnotations(
+        read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
+    ),
+    "forget": ToolAnnotations(
+        read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
+    ),
+    "recall": ToolAnnotations(read_only_hint=True, open_world_hint=False),
+}
+
+_log = logging.getLogger("psych_runtime.tools.mcp")
+
+
+class IdentityError(Exception):
+    """The request carries no end user this server can serve (for example no usable token)."""
+
+
+Binder = Callable[[], MemoryTools]
+"""Returns the tools bound to the key of the request being served."""
+
+
+def build_server(bind: Binder, *, name: str) -> Server[Any]:
+    """Build a low-level MCP server whose every request acts for ``bind()``'s key.
+
+    The low-level server is used, not ``MCPServer``: it publishes the tools'
+    own JSON Schemas unchanged and hands over the raw arguments, so the
+    Python tools do all validation and every refusal is theirs. (``MCPServer``
+    validates through a model generated from a function signature, which
+    drops unknown arguments such as ``end_user_id`` instead of refusing them.)
+
+    Args:
+        bind: Returns the memory tools for the current request; raises
+            `IdentityError` when the request has no usable end user.
+        name: The server name announced to clients.
+
+    Returns:
+        The server, ready for any transport.
+    """
+    handlers = _Handlers(bind)
+    return Server(
+        name,
+        version=__version__,
+        instructions=_INSTRUCTIONS,
+        on_list_tools=handlers.list_tools,
+        on_call_tool=handlers.call_tool,
+        on_list_resources=handlers.list_resources,
+        on_read_resource=handlers.read_resource,
+        on_list_prompts=handlers.list_prompts,
+        on_get_prompt=handlers.get_prompt,
+    )
+
+
+class _Handlers:
+    __slots__ = ("_bind",)
+
+    def __init__(self, bind: Binder) -> None:
+        self._bind = bind
+
+    def _tools(self) -> MemoryTools:
+        try:
+            return self._bind()
+        except IdentityError:
+            raise MCPError(INVALID_PARAMS, "no end user this server can serve") from None
+
+    async def list_tools(
+        self, ctx: ServerRequestContext[Any], params: PaginatedRequestParams | None
+    ) -> ListToolsResult:
+        return ListToolsResult(tools=[_tool(spec) for spec in _specs(self._tools())])
+
+    async def call_tool(
+        self, ctx: ServerRequestContext[Any], params: CallToolRequestParams
+    ) -> CallToolResult:
+        result = await self._call(params.name, params.arguments or {})
+        return CallToolResult(
+            content=[TextContent(type="text", text=result.content)], is_error=result.is_error
+        )
+
+    async def _call(self, name: str, arguments: Mapping[str, Any]) -> ToolResult:
+        try:
+            tools = self._bind()
+        except IdentityError:
+            return no_identity(name if name in _ANNOTATIONS else "the tool")
+        names = tuple(spec.name for spec in _specs(tools))
+        if name not in names:
+            return unknown_tool(names)
+        try:
+            if name == RECALL.name:
+                return recall_refusal(arguments) or ToolResult(await _block(tools), is_error=False)
+            return await tools.call(name, arguments)
+        except Exception as error:  # noqa: BLE001 - any store failure becomes one answer
+            # The trace stays in the server's log; the model gets a plain answer.
+            _log.warning("memory tool %r failed", name, exc_info=True)
+            return unavailable(name, error)
+
+    async def list_resources(
+        self, ctx: ServerRequestContext[Any], params: PaginatedRequestParams | None
+    ) -> ListResourcesResult:
+        return ListResourcesResult(
+            resources=[
+                Resource(
+                    uri=MEMORY_RESOURCE_URI,
+                    name="memory",
+                    title="Memory about the current user",
+                    description="The facts saved about the current user, one per line, with ids.",
+                    mime_type="text/plain",
+                )
+            ]
+        )
+
+    async def read_resource(
+        self, ctx: ServerRequestContext[Any], params: ReadResourceRequestParams
+    ) -> ReadResourceResult:
+        if params.uri != MEMORY_RESOURCE_URI:
+            raise MCPError(INVALID_PARAMS, "no such resource")
+        text = await self._block()
+        return ReadResourceResult(
+            contents=[
+                TextResourceContents(uri=MEMORY_RESOURCE_URI, text=text, mime_type="text/plain")
+            ]
+        )
+
+    async def list_prompts(
+        self, ctx: ServerRequestContext[Any], params: PaginatedRequestParams | None
+    ) -> ListPromptsResult:
+        return ListPromptsResult(
+            prompts=[
+                Prompt(
+                    name=MEMORY_PROMPT,
+                    title="Memory about the current user",
+                    description="Adds the facts saved about the current user to the conversation.",
+                )
+            ]
+        )
+
+    async def get_prompt(
+        self, ctx: ServerRequestContext[Any], params: GetPromptRequestParams
+    ) -> GetPromptResult:
+        if params.name != MEMORY_PROMPT:
+            raise MCPError(INVALID_PARAMS, "no such prompt")
+        text = await self._block()
+        return GetPromptResult(
+            description="The facts saved about the current user.",
+            messages=[PromptMessage(role="user", content=TextContent(type="text", text=text))],
+        )
+
+    async def _block(self) -> str:
+        tools = self._tools()
+        try:
+            return await _block(tools)
+        except Exception:  # noqa: BLE001 - any store failure becomes one answer
+            _log.warning("reading the memory block failed", exc_info=True)
+            message = "memory is unavailable right now; try again later"
+            raise MCPError(INTERNAL_ERROR, message) from None
+
+
+def _specs(tools: MemoryTools) -> tuple[ToolSpec, ...]:
+    return (*tools.specs, RECALL)
+
+
+def _tool(spec: ToolSpec) -> Tool:
+    return Tool(
+        name=spec.name,
+        description=spec.description,
+        input_schema=spec.input_schema,
+        annotations=_ANNOTATIONS.get(spec.name),
+    )
+
+
+async def _block(tools: MemoryTools) -> str:
+    return await tools.prompt() or _EMPTY_BLOCK
