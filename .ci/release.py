@@ -1,0 +1,302 @@
+"""The release check of one distribution: everything before publishing, in one command.
+
+    python .ci/release.py DISTRIBUTION         before a release (hatch run release:check NAME)
+    python .ci/release.py --ci --all           what CI runs on every distribution
+
+Both modes check that the version is not older than the last release (the
+highest tag ``<distribution>-v<version>`` in the history of HEAD) and that
+CHANGELOG.md has a section for it with at least one entry; build the sdist
+and the wheel in the distribution's folder; validate their metadata with
+``twine check --strict`` (which also renders the README as the package
+index will) and require the Documentation, Source and Changelog URLs;
+check their contents (every file of the wheel in a leaf package and tracked
+by git, nothing at a namespace level, the licence in both); run the
+API-break gate; and print the tag name.
+
+Before a release the check also demands what only a release has: a version
+above the last release and not tagged yet, a dated CHANGELOG section (not
+"Unreleased"), and no uncommitted change in the distribution or the
+changelog. The files built are then left in ``dist/<tag>/`` for publishing,
+which stays a manual step (docs/releasing.md). In CI the version may still
+equal the last release (nothing to release yet) and the section may still
+say "Unreleased"; a released version must still be dated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import email.parser
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import zipfile
+from pathlib import Path
+
+import _changelog
+import api_gate
+from _repository import ROOT, Distribution, discover, git, released_versions
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+REQUIRED_URLS = ("Documentation", "Source", "Changelog")
+
+
+class Report:
+    """What one distribution's check found: facts as it went, and problems."""
+
+    def __init__(self, distribution: Distribution) -> None:
+        self.distribution = distribution
+        self.notes: list[str] = []
+        self.problems: list[str] = []
+
+    def note(self, line: str) -> None:
+        """Record a fact the check established."""
+        self.notes.append(line)
+
+    def fail(self, line: str) -> None:
+        """Record a problem: the distribution is not ready."""
+        self.problems.append(line)
+
+
+def check(root: Path, distribution: Distribution, *, ci: bool, out: Path | None) -> Report:
+    """Run every check on one distribution; ``out`` receives the files built.
+
+    Returns:
+        The report; the distribution is ready when it holds no problem.
+    """
+    report = Report(distribution)
+    try:
+        version = Version(distribution.version)
+    except (LookupError, InvalidVersion) as error:
+        report.fail(f"version: {error}")
+        return report
+    _check_version(root, distribution, version, report, ci=ci)
+    _check_changelog(root, distribution, version, report, ci=ci)
+    _check_urls(distribution, report)
+    with tempfile.TemporaryDirectory(prefix="release-") as scratch:
+        built = _build(distribution, Path(scratch), report)
+        if built is not None:
+            sdist, wheel = built
+            _twine(sdist, wheel, report)
+            tracked = _tracked(root, distribution)
+            _check_wheel(distribution, version, wheel, tracked, report)
+            _check_sdist(distribution, sdist, report)
+            if out is not None and not report.problems:
+                shutil.rmtree(out, ignore_errors=True)
+                out.mkdir(parents=True)
+                for path in built:
+                    shutil.copy2(path, out / path.name)
+    verdict = api_gate.check(root, distribution)
+    (summary, *details) = api_gate.describe(distribution, verdict)
+    (report.note if verdict.allowed else report.fail)(f"api: {summary}")
+    report.notes.extend(f"api: {line.strip()}" for line in details)
+    if not ci:
+        changed = git(
+            root, "status", "--porcelain", "--", str(distribution.folder), "CHANGELOG.md"
+        ).strip()
+        if changed:
+            report.fail("uncommitted changes in the distribution or CHANGELOG.md: commit first")
+    report.note(f"tag: {distribution.tag(str(version))}")
+    return report
+
+
+def _check_version(
+    root: Path, distribution: Distribution, version: Version, report: Report, *, ci: bool
+) -> None:
+    released = released_versions(root, distribution)
+    last = released[-1] if released else None
+    report.note(f"version: {version}, last release: {last or 'none'}")
+    if last is not None and version < last:
+        report.fail(f"version: {version} is older than the last release {last}")
+    if not ci and last is not None and version == last:
+        report.fail(f"version: {version} is released already; bump it first")
+    tag = distribution.tag(str(version))
+    if not ci and git(root, "tag", "--list", tag).strip():
+        report.fail(f"version: the tag {tag} exists already")
+
+
+def _check_changelog(
+    root: Path, distribution: Distribution, version: Version, report: Report, *, ci: bool
+) -> None:
+    changelog = _changelog.parse((root / "CHANGELOG.md").read_text("utf-8"))
+    for problem in changelog.problems:
+        report.fail(f"CHANGELOG.md: {problem}")
+    name = distribution.name
+    if name not in changelog.sections:
+        report.fail(f"CHANGELOG.md: no section '## {name}'")
+        return
+    newer = [
+        r.title for r in changelog.sections[name] if r.version is not None and r.version > version
+    ]
+    if newer:
+        report.fail(f"CHANGELOG.md: {name} has {newer[0]}, newer than the version {version}")
+    release = changelog.release(name, version)
+    if release is None:
+        report.fail(f"CHANGELOG.md: no '### [{version}] - ...' under '## {name}'")
+        return
+    report.note(f"changelog: line {release.line}, {release.title}, {release.entries} entries")
+    if release.entries == 0:
+        report.fail(f"CHANGELOG.md: the section of {version} has no entry")
+    if not release.released:
+        released = released_versions(root, distribution)
+        if not ci:
+            report.fail(f"CHANGELOG.md: {version} still says Unreleased; put the release date")
+        elif version in released:
+            report.fail(f"CHANGELOG.md: {version} is tagged but its section says Unreleased")
+
+
+def _check_urls(distribution: Distribution, report: Report) -> None:
+    urls = {str(k).lower(): str(v) for k, v in distribution.project.get("urls", {}).items()}
+    for label in REQUIRED_URLS:
+        url = urls.get(label.lower())
+        if url is None:
+            report.fail(f"pyproject.toml: [project.urls] has no {label}")
+        elif not url.startswith("https://"):
+            report.fail(f"pyproject.toml: the {label} URL is not https")
+
+
+def _build(distribution: Distribution, scratch: Path, report: Report) -> tuple[Path, Path] | None:
+    # hatchling in the distribution's folder sees that distribution alone,
+    # exactly as an isolated build from its sdist would.
+    result = subprocess.run(
+        [sys.executable, "-m", "hatchling", "build", "-d", str(scratch)],
+        cwd=distribution.folder,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    sdists = sorted(scratch.glob("*.tar.gz"))
+    wheels = sorted(scratch.glob("*.whl"))
+    if result.returncode != 0 or len(sdists) != 1 or len(wheels) != 1:
+        report.fail(f"build: failed\n{result.stdout}{result.stderr}")
+        return None
+    report.note(f"built: {sdists[0].name}, {wheels[0].name}")
+    return sdists[0], wheels[0]
+
+
+def _twine(sdist: Path, wheel: Path, report: Report) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "twine", "check", "--strict", str(sdist), str(wheel)],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={"NO_COLOR": "1", "PATH": ""},
+    )
+    if result.returncode != 0:
+        report.fail(f"twine check --strict: failed\n{result.stdout}{result.stderr}")
+    else:
+        report.note("metadata: twine check --strict passed (the README renders)")
+
+
+def _tracked(root: Path, distribution: Distribution) -> set[str]:
+    """Return the tracked files of the leaf packages, as paths inside a wheel."""
+    source = distribution.folder / "src"
+    listed = git(root, "ls-files", "-z", "--", str(source)).split("\0")
+    return {
+        (root / path).relative_to(source).as_posix()
+        for path in listed
+        if path and (root / path).is_file()
+    }
+
+
+def _check_wheel(
+    distribution: Distribution, version: Version, wheel: Path, tracked: set[str], report: Report
+) -> None:
+    with zipfile.ZipFile(wheel) as archive:
+        names = [name for name in archive.namelist() if not name.endswith("/")]
+        (metadata_path,) = (n for n in names if n.endswith(".dist-info/METADATA"))
+        metadata = email.parser.Parser().parsestr(archive.read(metadata_path).decode("utf-8"))
+    if canonicalize_name(metadata.get("Name", "")) != distribution.name:
+        report.fail(f"wheel: Name is {metadata.get('Name')!r}, not {distribution.name!r}")
+    if Version(metadata.get("Version", "0")) != version:
+        report.fail(f"wheel: Version is {metadata.get('Version')!r}, not {version}")
+    urls = metadata.get_all("Project-URL") or []
+    labels = {str(url).split(",", 1)[0].strip().lower() for url in urls}
+    missing = [label for label in REQUIRED_URLS if label.lower() not in labels]
+    if missing:
+        report.fail(f"wheel: Project-URL lacks {', '.join(missing)}")
+    if not any(".dist-info/licenses/LICENSE" in name for name in names):
+        report.fail("wheel: no LICENSE under .dist-info/licenses/")
+    shipped = {name for name in names if ".dist-info/" not in name}
+    for name in sorted(shipped):
+        folder = name.rpartition("/")[0]
+        if folder == "" or folder in distribution.namespace_levels:
+            report.fail(f"wheel: {name} sits at a namespace level")
+        elif not any(name.startswith(f"{leaf}/") for leaf in distribution.leaves):
+            report.fail(f"wheel: {name} is outside the leaf packages")
+        elif name not in tracked:
+            report.fail(f"wheel: ships {name}, which git does not track")
+    for name in sorted(tracked - shipped):
+        report.fail(f"wheel: misses {name}, tracked in the source")
+    for leaf in distribution.leaves:
+        for marker in ("__init__.py", "py.typed"):
+            if f"{leaf}/{marker}" not in shipped:
+                report.fail(f"wheel: {leaf} has no {marker}")
+    report.note(f"contents: {len(shipped)} files in the wheel, in {', '.join(distribution.leaves)}")
+
+
+def _check_sdist(distribution: Distribution, sdist: Path, report: Report) -> None:
+    top = sdist.name.removesuffix(".tar.gz")
+    with tarfile.open(sdist) as archive:
+        names = [member.name for member in archive.getmembers() if member.isfile()]
+    inside = {name.removeprefix(f"{top}/") for name in names}
+    for required in ("PKG-INFO", "pyproject.toml", "README.md", "LICENSE"):
+        if required not in inside:
+            report.fail(f"sdist: no {required}")
+    for name in sorted(inside):
+        if not name.startswith("src/"):
+            continue
+        path = name.removeprefix("src/")
+        folder = path.rpartition("/")[0]
+        if folder == "" or folder in distribution.namespace_levels:
+            report.fail(f"sdist: {name} sits at a namespace level")
+        elif not any(path.startswith(f"{leaf}/") for leaf in distribution.leaves):
+            report.fail(f"sdist: {name} is outside the leaf packages")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Check the named distributions; exit 1 if any is not ready."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("distributions", nargs="*", help="names of distributions under packages/")
+    parser.add_argument("--all", action="store_true", help="every distribution under packages/")
+    parser.add_argument("--ci", action="store_true", help="all but what only a release demands")
+    parser.add_argument("--root", type=Path, default=ROOT, help="the repository to check")
+    arguments = parser.parse_args(argv)
+    root = arguments.root.resolve()
+    found = discover(root)
+    if arguments.all == bool(arguments.distributions):
+        parser.error("name one or more distributions, or pass --all")
+    names = sorted(found) if arguments.all else arguments.distributions
+    unknown = [name for name in names if name not in found]
+    if unknown:
+        parser.error(f"not a distribution under packages/: {', '.join(unknown)}")
+    failed = []
+    for name in names:
+        distribution = found[name]
+        out = None if arguments.ci else root / "dist" / distribution.tag(distribution.version)
+        report = check(root, distribution, ci=arguments.ci, out=out)
+        mode = "CI" if arguments.ci else "release"
+        print(f"== {name} ({mode} check)")
+        for line in report.notes:
+            print(f"   {line}")
+        for line in report.problems:
+            print(f"   FAIL {line}")
+        if report.problems:
+            failed.append(name)
+        elif out is not None:
+            tag = distribution.tag(distribution.version)
+            print(f"   ready: the files are in {out.relative_to(root)}/; to publish:")
+            print(f"     git tag -a {tag} -m '{name} {distribution.version}'")
+            print(f"     git push origin {tag}")
+            print(f"     twine upload {out.relative_to(root)}/*")
+    if failed:
+        print(f"not ready: {', '.join(failed)}")
+        return 1
+    print(f"ready: {', '.join(names)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
