@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import griffe
-from _repository import ROOT, Distribution, discover, released_versions
+from _repository import ROOT, Distribution, discover, git, released_versions
 from packaging.version import Version
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -136,6 +136,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", type=Path, default=ROOT, help="the repository to check")
     arguments = parser.parse_args(argv)
     root = arguments.root.resolve()
+    try:
+        git(root, "rev-parse", "--is-inside-work-tree")
+    except RuntimeError:
+        parser.error(f"{root} is not a git work tree: the gate reads its history and tags")
     found = discover(root)
     unknown = sorted(set(arguments.distributions) - set(found))
     if unknown:

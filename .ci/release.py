@@ -50,6 +50,7 @@ class Report:
         self.distribution = distribution
         self.notes: list[str] = []
         self.problems: list[str] = []
+        self.out: Path | None = None
 
     def note(self, line: str) -> None:
         """Record a fact the check established."""
@@ -60,8 +61,11 @@ class Report:
         self.problems.append(line)
 
 
-def check(root: Path, distribution: Distribution, *, ci: bool, out: Path | None) -> Report:
-    """Run every check on one distribution; ``out`` receives the files built.
+def check(root: Path, distribution: Distribution, *, ci: bool) -> Report:
+    """Run every check on one distribution.
+
+    Before a release (``ci`` false) the files built are left in
+    ``dist/<tag>/`` when every check passed.
 
     Returns:
         The report; the distribution is ready when it holds no problem.
@@ -80,25 +84,25 @@ def check(root: Path, distribution: Distribution, *, ci: bool, out: Path | None)
         if built is not None:
             sdist, wheel = built
             _twine(sdist, wheel, report)
-            tracked = _tracked(root, distribution)
-            _check_wheel(distribution, version, wheel, tracked, report)
+            _check_wheel(distribution, version, wheel, _tracked(root, distribution), report)
             _check_sdist(distribution, sdist, report)
-            if out is not None and not report.problems:
-                shutil.rmtree(out, ignore_errors=True)
-                out.mkdir(parents=True)
-                for path in built:
-                    shutil.copy2(path, out / path.name)
-    verdict = api_gate.check(root, distribution)
-    (summary, *details) = api_gate.describe(distribution, verdict)
-    (report.note if verdict.allowed else report.fail)(f"api: {summary}")
-    report.notes.extend(f"api: {line.strip()}" for line in details)
-    if not ci:
-        changed = git(
-            root, "status", "--porcelain", "--", str(distribution.folder), "CHANGELOG.md"
-        ).strip()
-        if changed:
+        verdict = api_gate.check(root, distribution)
+        (summary, *details) = api_gate.describe(distribution, verdict)
+        (report.note if verdict.allowed else report.fail)(f"api: {summary}")
+        report.notes.extend(f"api: {line.strip()}" for line in details)
+        tag = distribution.tag(str(version))
+        report.note(f"tag: {tag}")
+        if ci:
+            return report
+        changed = git(root, "status", "--porcelain", "--", str(distribution.folder), "CHANGELOG.md")
+        if changed.strip():
             report.fail("uncommitted changes in the distribution or CHANGELOG.md: commit first")
-    report.note(f"tag: {distribution.tag(str(version))}")
+        if built is not None and not report.problems:
+            report.out = root / "dist" / tag
+            shutil.rmtree(report.out, ignore_errors=True)
+            report.out.mkdir(parents=True)
+            for path in built:
+                shutil.copy2(path, report.out / path.name)
     return report
 
 
@@ -265,6 +269,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", type=Path, default=ROOT, help="the repository to check")
     arguments = parser.parse_args(argv)
     root = arguments.root.resolve()
+    try:
+        git(root, "rev-parse", "--is-inside-work-tree")
+    except RuntimeError:
+        parser.error(f"{root} is not a git work tree: the checks read its history and tags")
     found = discover(root)
     if arguments.all == bool(arguments.distributions):
         parser.error("name one or more distributions, or pass --all")
@@ -274,23 +282,22 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"not a distribution under packages/: {', '.join(unknown)}")
     failed = []
     for name in names:
-        distribution = found[name]
-        out = None if arguments.ci else root / "dist" / distribution.tag(distribution.version)
-        report = check(root, distribution, ci=arguments.ci, out=out)
-        mode = "CI" if arguments.ci else "release"
-        print(f"== {name} ({mode} check)")
+        report = check(root, found[name], ci=arguments.ci)
+        print(f"== {name} ({'CI' if arguments.ci else 'release'} check)")
         for line in report.notes:
             print(f"   {line}")
         for line in report.problems:
             print(f"   FAIL {line}")
         if report.problems:
             failed.append(name)
-        elif out is not None:
-            tag = distribution.tag(distribution.version)
-            print(f"   ready: the files are in {out.relative_to(root)}/; to publish:")
-            print(f"     git tag -a {tag} -m '{name} {distribution.version}'")
+        elif report.out is not None:
+            version = found[name].version
+            tag = found[name].tag(version)
+            out = report.out.relative_to(root)
+            print(f"   ready: the files are in {out}/; to publish:")
+            print(f"     git tag -a {tag} -m '{name} {version}'")
             print(f"     git push origin {tag}")
-            print(f"     twine upload {out.relative_to(root)}/*")
+            print(f"     twine upload {out}/*")
     if failed:
         print(f"not ready: {', '.join(failed)}")
         return 1
