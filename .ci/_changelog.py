@@ -48,7 +48,20 @@ class Changelog:
     """The sections found, and every way the file departs from the layout."""
 
     sections: dict[str, list[Release]] = field(default_factory=dict)
-    problems: list[str] = field(default_factory=list)
+    problems: list[tuple[int, str]] = field(default_factory=list)
+    starts: dict[str, int] = field(default_factory=dict)
+
+    def report(self, section: str | None = None) -> list[str]:
+        """Return the problems, all of them or those within one ``##`` section."""
+        if section is None:
+            return [f"line {line}: {message}" for line, message in self.problems]
+        start = self.starts.get(section, 0)
+        end = min((line for line in self.starts.values() if line > start), default=None)
+        return [
+            f"line {line}: {message}"
+            for line, message in self.problems
+            if start <= line and (end is None or line < end)
+        ]
 
     def release(self, distribution: str, version: Version) -> Release | None:
         """Return the section of one version of a distribution, if there is one."""
@@ -68,11 +81,12 @@ def parse(text: str) -> Changelog:
             section = line[3:].strip()
             current = None
             if section in changelog.sections:
-                changelog.problems.append(f"line {number}: a second section {section!r}")
+                changelog.problems.append((number, f"a second section {section!r}"))
             changelog.sections[section] = []
+            changelog.starts[section] = number
         elif line.startswith("### "):
             if section is None:
-                changelog.problems.append(f"line {number}: a version outside any section")
+                changelog.problems.append((number, "a version outside any section"))
                 continue
             current = _release(line[4:].strip(), number, section, changelog.problems)
             changelog.sections[section].append(current)
@@ -80,7 +94,7 @@ def parse(text: str) -> Changelog:
             kind = line[5:].strip()
             if kind not in CHANGE_TYPES:
                 changelog.problems.append(
-                    f"line {number}: {kind!r} is not one of {', '.join(sorted(CHANGE_TYPES))}"
+                    (number, f"{kind!r} is not one of {', '.join(sorted(CHANGE_TYPES))}")
                 )
         elif line.startswith("- ") and current is not None:
             current.entries += 1
@@ -89,24 +103,25 @@ def parse(text: str) -> Changelog:
     return changelog
 
 
-def _release(title: str, number: int, section: str, problems: list[str]) -> Release:
+def _release(title: str, number: int, section: str, problems: list[tuple[int, str]]) -> Release:
     release = Release(title, number)
     if section == REPOSITORY_SECTION:
         release.when = title
         if not _is_date(title):
-            problems.append(f"line {number}: the repository's sections are dated YYYY-MM-DD")
+            problems.append((number, "the repository's sections are dated YYYY-MM-DD"))
         return release
     found = _RELEASE.match(title)
     if found is None:
-        problems.append(f"line {number}: a version heading reads '### [X.Y.Z] - YYYY-MM-DD'")
+        rule = "a version heading reads '### [X.Y.Z] - YYYY-MM-DD' or '### [X.Y.Z] - Unreleased'"
+        problems.append((number, rule))
         return release
     release.when = found.group("when")
     try:
         release.version = Version(found.group("version"))
     except InvalidVersion:
-        problems.append(f"line {number}: {found.group('version')!r} is not a version")
+        problems.append((number, f"{found.group('version')!r} is not a version"))
     if release.when != UNRELEASED and not _is_date(release.when):
-        problems.append(f"line {number}: the date reads YYYY-MM-DD or the word {UNRELEASED}")
+        problems.append((number, f"the date reads YYYY-MM-DD or the word {UNRELEASED}"))
     return release
 
 
@@ -118,14 +133,14 @@ def _is_date(text: str) -> bool:
     return re.fullmatch(r"\d{4}-\d{2}-\d{2}", text) is not None
 
 
-def _order(name: str, releases: list[Release]) -> list[str]:
+def _order(name: str, releases: list[Release]) -> list[tuple[int, str]]:
     problems = []
     for earlier, later in itertools.pairwise(releases):
         if not later.released:
-            problems.append(f"line {later.line}: in {name}, only the newest section is unreleased")
+            problems.append((later.line, f"in {name}, only the newest section is unreleased"))
         if earlier.version is not None and later.version is not None:
             if earlier.version <= later.version:
-                problems.append(f"line {later.line}: in {name}, versions go newest first")
+                problems.append((later.line, f"in {name}, versions go newest first"))
         elif earlier.when and later.when and earlier.when <= later.when and later.released:
-            problems.append(f"line {later.line}: in {name}, dates go newest first")
+            problems.append((later.line, f"in {name}, dates go newest first"))
     return problems

@@ -116,8 +116,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name}: {'registered everywhere' if not lines else 'NOT registered in'}")
         for line in lines:
             print(f"  - {line}")
+    layout = _changelog.parse((root / "CHANGELOG.md").read_text("utf-8")).report()
+    verdict = "departs from its layout" if layout else "laid out as Keep a Changelog"
+    print(f"CHANGELOG.md: {verdict}")
+    for line in layout:
+        print(f"  - {line}")
     if any(gaps.values()):
         print("Register each one in the lists above (CONTRIBUTING.md, 'Add a distribution').")
+    if any(gaps.values()) or layout:
         return 1
     return 0
 

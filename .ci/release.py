@@ -125,7 +125,7 @@ def _check_changelog(
     root: Path, distribution: Distribution, version: Version, report: Report, *, ci: bool
 ) -> None:
     changelog = _changelog.parse((root / "CHANGELOG.md").read_text("utf-8"))
-    for problem in changelog.problems:
+    for problem in changelog.report(distribution.name):
         report.fail(f"CHANGELOG.md: {problem}")
     name = distribution.name
     if name not in changelog.sections:
