@@ -47,7 +47,9 @@ REGISTERED = {
     "README.md": "| distribution | what |\n| --- | --- |\n| `demo-lib` | a demo |\n",
     "docs/index.md": "| distribution | what |\n| --- | --- |\n| `demo-lib` | a demo |\n",
     "docs/concepts.md": "## How the code is split\n\n`demo-lib` does it all.\n\n## Next\n",
-    "CHANGELOG.md": "# Changelog\n\n## demo-lib\n\n### [0.1.0] - Unreleased\n\n#### Added\n\n- All.\n",
+    "CHANGELOG.md": (
+        "# Changelog\n\n## demo-lib\n\n### [0.1.0] - Unreleased\n\n#### Added\n\n- All.\n"
+    ),
 }
 
 LEFT_OUT = {
