@@ -96,6 +96,7 @@ def check(root: Path, distribution: Distribution) -> Verdict:
             f"{module}.{name}: no longer in __all__"
             for name in sorted(_exports(old) - _exports(new))
         )
+        verdict.breakages.extend(_new_abstract_methods(module, old, new))
         verdict.breakages.extend(
             _ANSI.sub("", breakage.explain(style=griffe.ExplanationStyle.ONE_LINE)).replace(
                 f"{root}/", ""
@@ -103,6 +104,31 @@ def check(root: Path, distribution: Distribution) -> Verdict:
             for breakage in griffe.find_breaking_changes(old, new)
         )
     return verdict
+
+
+def _new_abstract_methods(
+    module: str, old: griffe.Object | griffe.Alias, new: griffe.Object | griffe.Alias
+) -> list[str]:
+    """List abstract methods a public class gained: every subclass written before breaks.
+
+    Griffe judges an API by its callers; for a port, the implementers count
+    as much, and a new abstract method is what breaks them.
+    """
+    found: list[str] = []
+    for name in sorted(_exports(old) & _exports(new)):
+        try:
+            before, after = old[name], new[name]
+            if not (before.is_class and after.is_class):
+                continue
+            added = _abstract(after) - _abstract(before)
+        except (griffe.AliasResolutionError, griffe.CyclicAliasError, KeyError):
+            continue
+        found.extend(f"{module}.{name}.{method}: new abstract method" for method in sorted(added))
+    return found
+
+
+def _abstract(cls: griffe.Object | griffe.Alias) -> set[str]:
+    return {name for name, member in cls.all_members.items() if "abstractmethod" in member.labels}
 
 
 def _exports(module: griffe.Object | griffe.Alias) -> set[str]:

@@ -55,7 +55,17 @@ include = ["{LEAF}", "README.md", "LICENSE"]
 API = '''\
 """Greetings."""
 
-__all__ = ["greet", "shout"]
+import abc
+
+__all__ = ["Greeter", "greet", "shout"]
+
+
+class Greeter(abc.ABC):
+    """Something that greets."""
+
+    @abc.abstractmethod
+    def hello(self) -> str:
+        """Say hello."""
 
 
 def greet(name: str) -> str:
@@ -185,6 +195,17 @@ def test_adding_to_the_api_needs_no_bump(repo: Repo) -> None:
     result = run(GATE, repo)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "no breaking change" in result.stdout
+
+
+def test_a_new_abstract_method_breaks_every_implementer(repo: Repo) -> None:
+    released(repo, "0.1.0")
+    repo.set_version("0.1.1")
+    hello = '''        """Say hello."""\n'''
+    wave = '''\n    @abc.abstractmethod\n    def wave(self) -> str:\n        """Wave."""\n'''
+    repo.write(f"{LEAF}/__init__.py", API.replace(hello, hello + wave))
+    result = run(GATE, repo)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "Greeter.wave: new abstract method" in result.stdout
 
 
 def test_dropping_a_name_from_all_is_a_break(repo: Repo) -> None:
