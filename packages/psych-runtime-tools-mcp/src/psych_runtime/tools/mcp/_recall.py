@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Final
 
-from psych_runtime.tools.builtins import ToolResult, ToolSpec
+from psych_runtime.tools.builtins import (
+    RefusedCallError,
+    ToolResult,
+    ToolSpec,
+    check_arguments,
+    refusal,
+)
 
 __all__ = ["RECALL", "recall_refusal"]
 
@@ -22,32 +27,22 @@ RECALL: Final = ToolSpec(
 )
 """The spec of the ``recall`` tool: it takes no arguments at all."""
 
-# The same names the Python tools refuse with their own explanation.
-_KEY_ARGUMENTS: Final = frozenset({"end_user_id", "user_id", "tenant", "scope"})
-
 
 def recall_refusal(arguments: Mapping[str, object]) -> ToolResult | None:
     """Refuse a ``recall`` call that passes any argument.
+
+    The checks and their texts are the Python tools' own (`check_arguments`),
+    so the two can never word a refusal differently.
 
     Args:
         arguments: The arguments the client sent.
 
     Returns:
-        An error result in the shape of the Python tools' refusals (the
-        argument's role is named, its value never), or ``None`` when there is
-        no argument.
+        The tools' error result (the argument's role is named, its value
+        never), or ``None`` when there is no argument.
     """
-    if not arguments:
-        return None
-    # Only names from the fixed set are shown: anything else came from the
-    # client and is not repeated.
-    key_names = sorted(_KEY_ARGUMENTS.intersection(arguments))
-    if key_names:
-        reason = (
-            f"{', '.join(repr(name) for name in key_names)} cannot be passed: the user "
-            "and tenant are set by the application, not by the tool call; send no arguments"
-        )
-    else:
-        reason = "recall takes no arguments; send an empty object"
-    text = f"{RECALL.name} was not run: {reason}. Nothing was changed."
-    return ToolResult(json.dumps({"error": text}, separators=(",", ":")), is_error=True)
+    try:
+        check_arguments(RECALL, arguments)
+    except RefusedCallError as exc:
+        return refusal(RECALL.name, exc.reason)
+    return None
