@@ -215,3 +215,32 @@ async def test_stores_opening_a_new_file_at_once_lay_it_out_once(db_path: Path) 
         for store in stores:
             await store.aclose()
     assert header(db_path) == (OUR_APPLICATION_ID, SCHEMA_VERSION)
+
+
+async def test_a_first_version_file_is_migrated_and_keeps_its_facts(db_path: Path) -> None:
+    # The layout of schema version 1, exactly as version 1 of this adapter wrote it.
+    with sqlite3.connect(db_path) as raw:
+        raw.execute(
+            "CREATE TABLE psych_memory_fact (tenant TEXT NOT NULL, end_user_id TEXT NOT NULL,"
+            " seq INTEGER NOT NULL, id TEXT NOT NULL, content TEXT NOT NULL,"
+            " created_at INTEGER NOT NULL, PRIMARY KEY (tenant, end_user_id, seq))"
+            " STRICT, WITHOUT ROWID"
+        )
+        raw.execute(
+            "INSERT INTO psych_memory_fact VALUES ('acme', 'user-1', 1, ?, 'old fact', 0)",
+            ("a" * 32,),
+        )
+        raw.execute(f"PRAGMA application_id = {OUR_APPLICATION_ID}")
+        raw.execute("PRAGMA user_version = 1")
+    raw.close()
+    async with SqliteMemory(db_path) as memory:
+        (old,) = await memory.recall("acme", "user-1")
+        assert (old.id, old.content) == ("a" * 32, "old fact")
+        assert await memory.forget("acme", "user-1", old.id)
+    assert header(db_path) == (OUR_APPLICATION_ID, SCHEMA_VERSION)
+    with sqlite3.connect(db_path) as raw:
+        indexes = raw.execute(
+            "SELECT name FROM sqlite_schema WHERE type = 'index' AND sql IS NOT NULL"
+        ).fetchall()
+    raw.close()
+    assert indexes == [("psych_memory_fact_id",)]

@@ -161,3 +161,16 @@ def test_two_processes_writing_one_key_at_once_lose_nothing(tmp_path: Path) -> N
         mine = [fact for fact in stored if fact[1].endswith(payloads[side])]
         assert mine == kept
     assert len(stored) == 2 * (count - len(range(0, count, forget_every)))
+
+    # Once the scrub has completed, no forgotten fact is left in any file.
+    assert anyio.run(scrub, db) is True
+    files = b"".join(p.read_bytes() for p in tmp_path.glob(f"{db.name}*") if p.is_file())
+    for side, letter in (("left", "L"), ("right", "R")):
+        for index in range(0, count, forget_every):
+            assert f"shared:{index}:{letter} ".encode() not in files, (side, index)
+        assert f"shared:1:{letter} ".encode() in files  # the scan sees kept facts
+
+
+async def scrub(db: Path) -> bool:
+    async with SqliteMemory(db) as memory:
+        return await memory.scrub()
