@@ -10,7 +10,6 @@ from contextlib import closing, suppress
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, Literal, TypeAlias, TypeVar, get_args
-from urllib.parse import quote
 
 import anyio.to_thread
 
@@ -28,10 +27,11 @@ from psych_runtime.memory.port import (
     validate_restored_id,
 )
 
+from ._connection import connect, prepare
 from ._errors import DatabaseFileMovedError, SqliteMemoryError
 from ._failures import store_failure
 from ._file import FileIdentity, check_busy_timeout, check_location, check_path, identify
-from ._schema import check_schema, prepare_schema
+from ._scrub import ScrubState, truncate_log, truncate_log_at_once
 
 if TYPE_CHECKING:
     from typing import Self
@@ -69,7 +69,6 @@ _TENANTS: Final = "SELECT DISTINCT tenant FROM psych_memory_fact ORDER BY tenant
 _END_USERS: Final = (
     "SELECT DISTINCT end_user_id FROM psych_memory_fact WHERE tenant = ? ORDER BY end_user_id"
 )
-_TRUNCATE_LOG: Final = "PRAGMA wal_checkpoint(TRUNCATE)"
 
 
 class SqliteMemory(MemoryStore):
@@ -129,13 +128,11 @@ class SqliteMemory(MemoryStore):
     __slots__ = (
         "_busy_timeout",
         "_conn",
-        "_deletions",
         "_durability",
         "_identity",
         "_lock",
         "_path",
-        "_scrub_lock",
-        "_scrubbed",
+        "_scrub",
         "_state",
     )
 
@@ -157,13 +154,7 @@ class SqliteMemory(MemoryStore):
         self._conn: sqlite3.Connection | None = None
         self._identity: FileIdentity | None = None
         self._state: Literal["new", "opening", "open", "closed"] = "new"
-        # Deleting transactions committed, and how many of them the last
-        # successful truncation of the log covers: the scrub is pending while
-        # the second is behind. Guarded by their own lock, because `scrub`
-        # runs beside the calls rather than queueing behind them.
-        self._scrub_lock = threading.Lock()
-        self._deletions = 0
-        self._scrubbed = 0
+        self._scrub = ScrubState()
 
     @property
     def path(self) -> Path:
@@ -188,8 +179,7 @@ class SqliteMemory(MemoryStore):
         by an emptied log. The deletion itself is committed either way: no
         call returns the deleted facts again. Stays readable after closing.
         """
-        with self._scrub_lock:
-            return self._scrubbed < self._deletions
+        return self._scrub.pending
 
     def __repr__(self) -> str:
         return f"SqliteMemory({os.fspath(self._path)!r}, state={self._state!r})"
@@ -535,8 +525,7 @@ class SqliteMemory(MemoryStore):
     ) -> int:
         deleted = self._write(conn, operation, body)
         if deleted:
-            with self._scrub_lock:
-                self._deletions += 1
+            self._scrub.deleted()
         self._retry_scrub(conn)
         return deleted
 
@@ -571,51 +560,25 @@ class SqliteMemory(MemoryStore):
         self._retry_scrub(conn)
         return result
 
-    def _pending(self) -> bool:
-        with self._scrub_lock:
-            return self._scrubbed < self._deletions
-
     def _retry_scrub(self, conn: sqlite3.Connection) -> None:
-        # Tried after every call while a scrub is pending, without waiting:
-        # a reader elsewhere must never make this call slow or fail. The
-        # call's own effect is committed already, so a failure here only
-        # leaves the scrub pending.
-        with self._scrub_lock:
-            target = self._deletions
-            if self._scrubbed >= target:
-                return
-        try:
-            conn.execute("PRAGMA busy_timeout = 0")
-            try:
-                (busy, _, _) = conn.execute(_TRUNCATE_LOG).fetchone()
-            finally:
-                conn.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms()}")
-        except sqlite3.Error:
-            return
-        if not busy:
-            self._mark_scrubbed(target)
+        # After every call while a scrub is pending, without waiting.
+        if self._scrub.pending:
+            target = self._scrub.target()
+            if truncate_log_at_once(conn, round(self._busy_timeout * 1000)):
+                self._scrub.covered(target)
 
     def _scrub_now(self) -> bool:
-        # The deleted rows are already zeroed in the pages that replaced them,
-        # but older copies of those pages sit in the write-ahead log until a
-        # checkpoint writes the new pages back and the log is cut to zero
-        # bytes. A connection of its own, so the store's calls go on meanwhile.
-        with self._scrub_lock:
-            target = self._deletions
+        # On a connection of its own, so the store's calls go on meanwhile.
+        target = self._scrub.target()
         self._check_file("scrub")
         try:
-            with closing(self._raw_connect("rw")) as conn:
-                (busy, _, _) = conn.execute(_TRUNCATE_LOG).fetchone()
+            with closing(connect(self._path, self._busy_timeout, create=False)) as conn:
+                emptied = truncate_log(conn)
         except sqlite3.Error as exc:
             raise self._failure("scrub", exc, may_have_taken_effect=False) from exc
-        if busy:
-            return False
-        self._mark_scrubbed(target)
-        return True
-
-    def _mark_scrubbed(self, target: int) -> None:
-        with self._scrub_lock:
-            self._scrubbed = max(self._scrubbed, target)
+        if emptied:
+            self._scrub.covered(target)
+        return emptied
 
     def _check_file(self, operation: str) -> None:
         if identify(self._path) != self._identity:
@@ -637,28 +600,14 @@ class SqliteMemory(MemoryStore):
             may_have_taken_effect=may_have_taken_effect,
         )
 
-    def _busy_timeout_ms(self) -> int:
-        return round(self._busy_timeout * 1000)
-
-    def _raw_connect(self, mode: str) -> sqlite3.Connection:
-        uri = f"file:{quote(os.fspath(self._path))}?mode={mode}"
-        return sqlite3.connect(
-            uri,
-            uri=True,
-            timeout=self._busy_timeout,
-            isolation_level=None,
-            check_same_thread=False,
-            cached_statements=16,
-        )
-
     def _connect(self) -> tuple[sqlite3.Connection, FileIdentity]:
         check_location(self._path)
         try:
-            conn = self._raw_connect("rwc")
+            conn = connect(self._path, self._busy_timeout, create=True)
         except sqlite3.Error as exc:
             raise self._failure("open", exc, may_have_taken_effect=False) from exc
         try:
-            self._prepare(conn)
+            prepare(conn, os.fspath(self._path), self._durability.upper())
             identity = self._identify_opened()
         except sqlite3.Error as exc:
             conn.close()
@@ -678,22 +627,6 @@ class SqliteMemory(MemoryStore):
             )
         return identity
 
-    def _prepare(self, conn: sqlite3.Connection) -> None:
-        name = os.fspath(self._path)
-        # Read before writing anything: a foreign, newer or damaged file must
-        # be left exactly as it was found.
-        check_schema(conn, name)
-        (mode,) = conn.execute("PRAGMA journal_mode = WAL").fetchone()
-        if mode != "wal":
-            raise SqliteMemoryError(
-                f"SQLite cannot keep a write-ahead log for {name} (journal mode stayed {mode!r})"
-            )
-        conn.execute(f"PRAGMA synchronous = {self._durability.upper()}")
-        conn.execute("PRAGMA secure_delete = ON")
-        # Temporary tables and indices never touch the disk.
-        conn.execute("PRAGMA temp_store = MEMORY")
-        prepare_schema(conn, name)
-
     def _close(self) -> None:
         with self._lock:
             conn, self._conn = self._conn, None
@@ -701,7 +634,7 @@ class SqliteMemory(MemoryStore):
             if conn is None:
                 return
             try:
-                if self._pending():
+                if self._scrub.pending:
                     self._scrub_at_close(conn)
             finally:
                 # Closing must not fail; SQLite released what it could.
@@ -709,14 +642,11 @@ class SqliteMemory(MemoryStore):
                     conn.close()
 
     def _scrub_at_close(self, conn: sqlite3.Connection) -> None:
-        with self._scrub_lock:
-            target = self._deletions
-        try:
-            (busy, _, _) = conn.execute(_TRUNCATE_LOG).fetchone()
-        except sqlite3.Error:
-            return
-        if not busy:
-            self._mark_scrubbed(target)
+        # Waits at most the busy timeout; closing goes on whatever the outcome.
+        target = self._scrub.target()
+        with suppress(sqlite3.Error):
+            if truncate_log(conn):
+                self._scrub.covered(target)
 
 
 def _rollback(conn: sqlite3.Connection) -> None:
