@@ -181,3 +181,14 @@ def test_a_path_that_is_not_utf8_is_refused_clearly(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"path must be valid UTF-8"):
         SqliteMemory("\ud800.sqlite3")
     assert list(tmp_path.iterdir()) == []
+
+
+async def test_a_directory_replaced_by_a_file_counts_as_a_moved_file(tmp_path: Path) -> None:
+    folder = anyio.Path(tmp_path / "folder")
+    await folder.mkdir()
+    async with SqliteMemory(folder / "memory.sqlite3") as memory:
+        await memory.remember("acme", KEY, "fact")
+        await folder.rename(tmp_path / "elsewhere")
+        await folder.write_text("now a plain file")
+        with pytest.raises(DatabaseFileMovedError):
+            await memory.remember("acme", KEY, "lost if acknowledged")

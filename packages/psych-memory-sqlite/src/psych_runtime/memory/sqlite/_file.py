@@ -21,10 +21,15 @@ class FileIdentity(NamedTuple):
 
 
 def identify(path: Path) -> FileIdentity | None:
-    """Return the identity of the file at ``path``, or ``None`` if there is none."""
+    """Return the identity of the file at ``path``, or ``None`` if there is none.
+
+    Raises:
+        OSError: The path cannot be looked at (for example a permission was
+            taken away from its directory).
+    """
     try:
         status = path.stat()
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
     return FileIdentity(status.st_dev, status.st_ino)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import sqlite3
 import threading
@@ -28,7 +29,7 @@ from psych_runtime.memory.port import (
 )
 
 from ._connection import connect, prepare
-from ._errors import DatabaseFileMovedError, SqliteMemoryError
+from ._errors import DatabaseFileMovedError, DatabaseUnavailableError, SqliteMemoryError
 from ._failures import store_failure
 from ._file import FileIdentity, check_busy_timeout, check_location, check_path, identify
 from ._scrub import ScrubState, truncate_log, truncate_log_at_once
@@ -581,7 +582,16 @@ class SqliteMemory(MemoryStore):
         return emptied
 
     def _check_file(self, operation: str) -> None:
-        if identify(self._path) != self._identity:
+        try:
+            identity = identify(self._path)
+        except OSError as exc:
+            raise DatabaseUnavailableError(
+                operation,
+                f"the database file {self._path} cannot be looked at "
+                f"({errno.errorcode.get(exc.errno or 0, type(exc).__name__)})",
+                may_have_taken_effect=False,
+            ) from exc
+        if identity != self._identity:
             raise DatabaseFileMovedError(
                 operation,
                 f"the database file {self._path} was deleted or replaced after the store "
