@@ -234,11 +234,8 @@ class SqliteMemory(MemoryStore):
 
         When a scrub is pending, closing tries it once more, waiting at most
         the busy timeout, and closes whatever the outcome: `scrub_pending`
-        tells. Closing never raises because of it.
-
-        Raises:
-            Nothing: every failure while closing is absorbed; the store is
-            closed afterwards.
+        tells. Closing never raises, for that or for anything SQLite reports
+        while closing; the store is closed afterwards.
         """
         await anyio.to_thread.run_sync(self._close)
 
