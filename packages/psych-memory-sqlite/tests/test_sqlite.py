@@ -286,3 +286,28 @@ async def test_closing_while_opening_leaves_nothing_open(db_path: Path) -> None:
         holder.close()
     with pytest.raises(StoreClosedError, match="closed"):
         await memory.recall("acme", "user-1")
+
+
+async def test_lifecycle_calls_never_wait_for_a_call_in_progress(db_path: Path) -> None:
+    # A call blocked inside SQLite holds the store's connection; opening
+    # again must not block the event loop behind it.
+    async with SqliteMemory(db_path, busy_timeout=30) as memory:
+        holder = sqlite3.connect(db_path, isolation_level=None, check_same_thread=False)
+        finished = anyio.Event()
+        try:
+            holder.execute("BEGIN IMMEDIATE")
+            async with anyio.create_task_group() as group:
+
+                async def blocked() -> None:
+                    await memory.remember("acme", "user-1", "waits for the lock")
+                    finished.set()
+
+                group.start_soon(blocked)
+                await anyio.wait_all_tasks_blocked()
+                await memory.open()  # already open: returns at once
+                assert not memory.scrub_pending
+                assert not finished.is_set()
+                holder.execute("COMMIT")
+        finally:
+            holder.close()
+        assert finished.is_set()

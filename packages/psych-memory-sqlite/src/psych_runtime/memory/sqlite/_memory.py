@@ -135,6 +135,7 @@ class SqliteMemory(MemoryStore):
         "_path",
         "_scrub",
         "_state",
+        "_state_lock",
     )
 
     def __init__(
@@ -151,7 +152,10 @@ class SqliteMemory(MemoryStore):
                 raise TypeError(f"durability must be a str, not {type(durability).__qualname__}")
             raise ValueError('durability must be "full" or "normal"')
         self._durability: Durability = durability
+        # Serialises the calls on the one connection; held for a whole call.
         self._lock = threading.Lock()
+        # Guards the state and the connection's arrival; held for a moment.
+        self._state_lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
         self._identity: FileIdentity | None = None
         self._state: Literal["new", "opening", "open", "closed"] = "new"
@@ -206,7 +210,10 @@ class SqliteMemory(MemoryStore):
                 timeout, or SQLite failed otherwise.
             SqliteMemoryError: SQLite cannot keep a write-ahead log for the file.
         """
-        with self._lock:
+        # The state lock is only ever held for a moment, so taking it on the
+        # event loop never blocks it; the connection lock may be held for a
+        # whole call, and is only taken in worker threads.
+        with self._state_lock:
             if self._state == "open":
                 return
             if self._state == "closed":
@@ -217,10 +224,10 @@ class SqliteMemory(MemoryStore):
         try:
             conn, identity = await anyio.to_thread.run_sync(self._connect)
         except BaseException:
-            with self._lock:
+            with self._state_lock:
                 self._state = "closed"
             raise
-        with self._lock:
+        with self._state_lock:
             # aclose() may have run while the file was being opened.
             state: str = self._state
             if state != "closed":
@@ -386,7 +393,7 @@ class SqliteMemory(MemoryStore):
             DatabaseFileMovedError: The file was deleted or replaced since opening.
             DatabaseUnavailableError: SQLite failed.
         """
-        with self._lock:
+        with self._state_lock:
             if self._state != "open":
                 raise StoreClosedError("scrub", _closed_state(self._state))
         return await anyio.to_thread.run_sync(self._scrub_now)
@@ -636,8 +643,9 @@ class SqliteMemory(MemoryStore):
 
     def _close(self) -> None:
         with self._lock:
-            conn, self._conn = self._conn, None
-            self._state = "closed"
+            with self._state_lock:
+                conn, self._conn = self._conn, None
+                self._state = "closed"
             if conn is None:
                 return
             try:
