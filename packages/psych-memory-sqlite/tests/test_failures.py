@@ -139,6 +139,8 @@ async def test_a_file_deleted_or_replaced_while_open_refuses_every_call(
                 await call(memory)
             assert caught.value.may_have_taken_effect is False, name
             assert KEY not in str(caught.value)
+        # An id no store could hand out is answered without touching the file.
+        assert await memory.forget("acme", KEY, "not an id") is False
         # The file now at the path was not written to.
         assert await contents(db_path) == before
     # Closing the store is still harmless.
