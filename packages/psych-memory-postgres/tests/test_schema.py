@@ -138,7 +138,7 @@ async def test_an_older_schema_asks_for_setup(
 
 async def test_missing_tables_ask_for_setup(postgres_dsn: str, schema: str) -> None:
     async with PostgresMemory.connect(postgres_dsn, schema=schema) as store:
-        with pytest.raises(SchemaVersionError, match=r"no memory tables yet") as caught:
+        with pytest.raises(SchemaVersionError, match=r"has no memory tables") as caught:
             await store.remember("acme", "u1", "nowhere to go")
         assert caught.value.found is None
 
@@ -150,7 +150,7 @@ async def test_an_empty_version_table_asks_for_setup(
         await store.setup()
     await backdoor.query(sql.SQL("DELETE FROM {}").format(sql.Identifier(schema, "schema_version")))
     async with PostgresMemory.connect(postgres_dsn, schema=schema) as store:
-        with pytest.raises(SchemaVersionError, match="no memory tables yet"):
+        with pytest.raises(SchemaVersionError, match="has no memory tables"):
             await store.erase("acme", "u1")
 
 
