@@ -9,9 +9,9 @@ Everything lives in one PostgreSQL schema chosen by the application:
     (so a broken insert can be replayed without a duplicate), or the id a
     restored fact had in the store it came from. The primary key
     ``(tenant, end_user_id, seq)`` is the index every per-user statement
-    walks, so their cost does not grow with the table. The unique index ``(tenant, id)`` finds the fact ``forget``
-    names; it includes the tenant so that the table can be distributed by
-    tenant (Citus) unchanged.
+    walks, so their cost does not grow with the table. The unique index
+    ``(tenant, id)`` finds the fact ``forget`` names; it includes the tenant
+    so that the table can be distributed by tenant (Citus) unchanged.
 ``schema_version``
     One row: the version of this layout that the schema holds.
 
