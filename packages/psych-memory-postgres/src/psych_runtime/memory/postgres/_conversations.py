@@ -35,9 +35,7 @@ def new_id() -> str:
     return secrets.token_hex(16)
 
 
-def remember(
-    sql: Statements, key: MemoryKey, content: str, memory_id: str
-) -> Conversation[Memory]:
+def remember(sql: Statements, key: MemoryKey, content: str, memory_id: str) -> Conversation[Memory]:
     """Insert the fact under ``memory_id``; a replay returns the row already stored."""
     while True:
         rows, _ = yield (sql.remember, (memory_id, key.tenant, key.end_user_id, content))

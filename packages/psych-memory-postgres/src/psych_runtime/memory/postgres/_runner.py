@@ -219,9 +219,7 @@ class Runner:
             and not error.may_have_taken_effect
         ):
             # An earlier attempt may have committed before its connection broke.
-            error = StoreUnavailableError(
-                error.operation, error.reason, may_have_taken_effect=True
-            )
+            error = StoreUnavailableError(error.operation, error.reason, may_have_taken_effect=True)
         return error
 
 

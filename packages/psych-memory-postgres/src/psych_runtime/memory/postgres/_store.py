@@ -227,9 +227,7 @@ class PostgresMemory(MemoryStore):
                 pool, schema=schema, statement_timeout=statement_timeout, lock_timeout=lock_timeout
             )
             try:
-                await anyio.to_thread.run_sync(
-                    partial(pool.open, wait=True, timeout=pool_timeout)
-                )
+                await anyio.to_thread.run_sync(partial(pool.open, wait=True, timeout=pool_timeout))
             except psycopg.Error as exc:
                 raise StoreUnavailableError(
                     "connect",
@@ -482,9 +480,7 @@ class PostgresMemory(MemoryStore):
             )
         if created_at.utcoffset() is None:
             raise InvalidInputError("memory.created_at", "must carry a time zone")
-        return await self._run(
-            "restore", partial(talk.restore, self._sql, memory), replayable=True
-        )
+        return await self._run("restore", partial(talk.restore, self._sql, memory), replayable=True)
 
     def _check_open(self, operation: str) -> None:
         if self._closed:
