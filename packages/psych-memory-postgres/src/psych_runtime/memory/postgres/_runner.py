@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Coroutine, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Generic, TypeAlias, TypeVar
 
@@ -125,27 +125,21 @@ class Runner:
             RuntimeError: An asynchronous pool used outside asyncio.
         """
         pool = self._pool
+        progress = _Progress()
         if isinstance(pool, AsyncConnectionPool):
             _require_asyncio()
-            return await self._run_async(pool, call)
-        # A worker thread is never abandoned: cancellation waits for it, so
-        # the call's effect is decided before the caller sees the cancel.
-        return await anyio.to_thread.run_sync(self._attempts_sync, pool, call, _Progress())
+            attempts = self._attempts_async(pool, call, progress)
+            return await _decided(attempts, progress, stoppable=True)
+        # A worker thread is never abandoned by an anyio (or trio) cancel
+        # scope: the call's effect is decided before the caller sees the
+        # cancel. A plain asyncio cancel does not wait for the thread, so on
+        # asyncio the wait is made explicit.
+        work = anyio.to_thread.run_sync(self._attempts_sync, pool, call, progress)
+        if _on_asyncio():
+            return await _decided(work, progress, stoppable=False)
+        return await work
 
     # -- asyncio, psycopg's asynchronous pool ---------------------------------
-
-    async def _run_async(self, pool: AsyncConnectionPool[Any], call: Call[_T]) -> _T:
-        progress = _Progress()
-        # The attempts run in a task of their own, so a cancellation of the
-        # caller (an anyio scope or a plain asyncio cancel) cannot interrupt a
-        # statement in flight: psycopg would then drop the connection while
-        # the server may still commit, after the caller moved on.
-        task = asyncio.ensure_future(self._attempts_async(pool, call, progress))
-        try:
-            return await asyncio.shield(task)
-        except asyncio.CancelledError:
-            await _settle(task, progress)
-            raise
 
     async def _attempts_async(
         self, pool: AsyncConnectionPool[Any], call: Call[_T], progress: _Progress
@@ -181,6 +175,7 @@ class Runner:
     # -- any event loop, psycopg's synchronous pool in a worker thread -------
 
     def _attempts_sync(self, pool: ConnectionPool[Any], call: Call[_T], progress: _Progress) -> _T:
+        # Runs in a worker thread; ``progress`` is read only once it is done.
         for attempt in range(1, _ATTEMPTS + 1):
             holder: list[Connection[Any]] = []
             sent = False
@@ -223,19 +218,32 @@ class Runner:
         return error
 
 
-async def _settle(task: asyncio.Future[Any], progress: _Progress) -> None:
-    # The caller was cancelled. Before anything was sent, the attempts are
-    # cancelled too (nothing happened); afterwards they run to their end,
+async def _decided(work: Coroutine[Any, Any, _T], progress: _Progress, *, stoppable: bool) -> _T:
+    # The attempts run in a task of their own, so a cancellation of the
+    # caller (an anyio scope or a plain asyncio cancel) cannot interrupt a
+    # statement in flight: psycopg would then drop the connection while the
+    # server may still commit, after the caller moved on.
+    task = asyncio.ensure_future(work)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        await _settle(task, progress, stoppable=stoppable)
+        raise
+
+
+async def _settle(task: asyncio.Future[Any], progress: _Progress, *, stoppable: bool) -> None:
+    # The caller was cancelled. Before anything was sent, stoppable attempts
+    # are cancelled too (nothing happened); otherwise they run to their end,
     # bounded by the statement and pool timeouts, so the outcome is decided
     # before the cancellation goes on.
-    if not progress.sent:
+    if stoppable and not progress.sent:
         task.cancel()
     with anyio.CancelScope(shield=True):
         while not task.done():
             try:
                 await asyncio.wait((task,))
             except asyncio.CancelledError:
-                # A further plain asyncio cancel: it is already on its way.
+                # A further plain asyncio cancel: one is already on its way.
                 continue
     if not task.cancelled():
         # Retrieved so asyncio does not report it as never seen.
