@@ -55,7 +55,7 @@ async def test_a_store_is_closed_after_connect_exits(
 ) -> None:
     async with PostgresMemory.connect(postgres_dsn, schema=schema) as store:
         await store.setup()
-        assert not store.closed
+        assert "open" in repr(store)
     assert store.closed
     with pytest.raises(port.StoreClosedError) as caught:
         await _calls(store)[operation]()
@@ -67,7 +67,9 @@ async def test_a_store_is_closed_after_connect_exits(
 async def test_async_with_closes_the_store_and_leaves_the_apps_pool_open(
     postgres_dsn: str, schema: str
 ) -> None:
-    pool = ConnectionPool(postgres_dsn, min_size=1, max_size=2, kwargs={"autocommit": True}, open=False)
+    pool = ConnectionPool(
+        postgres_dsn, min_size=1, max_size=2, kwargs={"autocommit": True}, open=False
+    )
     await anyio.to_thread.run_sync(pool.open)
     try:
         async with PostgresMemory(pool, schema=schema) as store:
@@ -125,17 +127,13 @@ class _Locked:
 )
 @pytest.mark.parametrize("operation", ["remember", "forget", "recall", "erase"])
 async def test_a_call_blocked_past_its_bound_fails_and_changed_nothing(
-    postgres_dsn: str,
-    schema: str,
-    backdoor: Backdoor,
-    bounds: dict[str, Any],
-    reason: str,
-    operation: str,
+    postgres_dsn: str, schema: str, bounds: dict[str, Any], reason: str, operation: str
 ) -> None:
     async with PostgresMemory.connect(postgres_dsn, schema=schema, **bounds) as store:
         await store.setup()
         fact = await store.remember("acme", "u1", "kept")
-        lock = await anyio.to_thread.run_sync(_Locked, backdoor.dsn, backdoor.table)
+        table = sql.Identifier(schema, "memories")
+        lock = await anyio.to_thread.run_sync(_Locked, postgres_dsn, table)
         try:
             # The server ends the wait; the scope only guards against a hang.
             with anyio.fail_after(_BOUND), pytest.raises(StoreUnavailableError) as caught:
@@ -207,16 +205,14 @@ async def test_a_refused_statement_is_a_store_error_naming_no_value(
     try:
         async with PostgresMemory.connect(postgres_dsn, schema=schema) as store:
             await store.setup()
-            secret = "Jane Roe, SSN 078-05-1120"
+            secret = "Jane Roe, SSN 078-05-1120"  # noqa: S105 - personal data, not a password
             await store.remember("acme", secret, secret)
         for statement in (
             "GRANT USAGE ON SCHEMA {schema} TO {role}",
             "GRANT SELECT ON ALL TABLES IN SCHEMA {schema} TO {role}",
         ):
             await backdoor.query(
-                sql.SQL(statement).format(
-                    schema=sql.Identifier(schema), role=sql.Identifier(role)
-                )
+                sql.SQL(statement).format(schema=sql.Identifier(schema), role=sql.Identifier(role))
             )
         dsn = psycopg.conninfo.make_conninfo(postgres_dsn, user=role)
         async with PostgresMemory.connect(dsn, schema=schema) as store:
