@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 pytestmark = pytest.mark.anyio
 
-_PASSWORD = "s3cret-Pa55"
+_PASSWORD = "s3cret-Pa55"  # noqa: S105 - a made-up one, to look for in messages
 
 
 def _url(postgres_dsn: str, query: str, *, scheme: str = "postgresql") -> str:
@@ -67,7 +67,8 @@ async def test_a_url_opens_a_ready_store_and_closes_it(
                     "SELECT current_setting('statement_timeout'),"
                     " current_setting('lock_timeout'), current_setting('application_name')"
                 ).fetchall()
-                return rows[0]
+                first, second, third = rows[0]
+                return str(first), str(second), str(third)
 
         assert await anyio.to_thread.run_sync(settings) == ("1500ms", "500ms", name)
     assert store.closed
