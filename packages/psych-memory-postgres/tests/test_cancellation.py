@@ -141,3 +141,22 @@ async def test_a_task_group_torn_down_under_many_writers_then_erase_leaves_no_fa
                 for number in range(writers):
                     await store.erase(tenant, f"user-{number}")
                 assert await _left_in_tenant(backdoor, tenant) == 0
+
+
+@_POOLS
+async def test_cancelled_reads_leave_the_store_working(
+    postgres_dsn: str, schema: str, backdoor: Backdoor, pool_kind: str
+) -> None:
+    # A read has no effect to decide, so it may be interrupted anywhere; the
+    # connections it held must still come back, or be replaced, every time.
+    chance = random.Random(11)
+    with anyio.fail_after(_BOUND):
+        async with _store(postgres_dsn, schema, pool_kind, backdoor) as store:
+            fact = await store.remember("acme", "u1", "read again and again")
+            for _ in range(200):
+                with anyio.move_on_after(chance.uniform(0.0, 0.003)):
+                    await store.recall("acme", "u1")
+            async with anyio.create_task_group() as tasks:
+                for _ in range(16):
+                    tasks.start_soon(store.recall, "acme", "u1")
+            assert await store.recall("acme", "u1") == (fact,)

@@ -81,12 +81,15 @@ class Call(Generic[_T]):
         replayable: Replaying it after a broken connection cannot change
             its answer.
         transaction: Run every statement in one transaction (setup).
+        changes: It may change the database. A call that only reads has no
+            effect to decide, so a cancellation may interrupt it anywhere.
     """
 
     operation: str
     conversation: Callable[[], Conversation[_T]]
     replayable: bool
     transaction: bool = False
+    changes: bool = True
 
 
 class LazyPool:
@@ -189,6 +192,8 @@ class Runner:
         if isinstance(pool, AsyncConnectionPool):
             if loop is not None and (self._home is None or loop is self._home):
                 attempts = self._attempts_async(pool, call, progress)
+                if not call.changes:
+                    return await attempts
                 return await _decided(attempts, progress, stoppable=True)
             if self._fallback is None:
                 raise RuntimeError(
@@ -202,7 +207,7 @@ class Runner:
         # scope: the call's effect is decided before the caller sees the
         # cancel. A plain asyncio cancel does not wait for the thread, so on
         # asyncio the wait is made explicit.
-        if loop is not None:
+        if loop is not None and call.changes:
             return await _decided(work, progress, stoppable=False)
         return await work
 

@@ -100,7 +100,8 @@ class PostgresMemory(MemoryStore):
     Cancellation: a call that was cancelled after its statement was sent
     finishes that statement first (bounded by the timeouts), so its effect
     is decided before the cancellation reaches the caller; a call cancelled
-    while waiting for a connection ends at once and changes nothing.
+    while waiting for a connection ends at once and changes nothing. A call
+    that only reads is interrupted wherever it is.
 
     How the statements run depends on the pool:
 
@@ -310,7 +311,7 @@ class PostgresMemory(MemoryStore):
         """
         self._check_open("setup")
         found = await self._runner.run(
-            Call("setup", partial(talk.schema_version, self._sql), replayable=True)
+            Call("setup", partial(talk.schema_version, self._sql), replayable=True, changes=False)
         )
         if found is None or found < SCHEMA_VERSION:
             await self._runner.run(
@@ -412,7 +413,7 @@ class PostgresMemory(MemoryStore):
         limit = validate_limit(limit)
         bounded = None if limit is None else min(limit, _MAX_LIMIT)
         return await self._run(
-            "recall", partial(talk.recall, self._sql, key, bounded), replayable=True
+            "recall", partial(talk.recall, self._sql, key, bounded), replayable=True, changes=False
         )
 
     async def erase(self, scope: Scope, end_user_id: str) -> int:
@@ -439,7 +440,9 @@ class PostgresMemory(MemoryStore):
             StoreUnavailableError: The server could not complete the call.
             StoreClosedError: The store was closed.
         """
-        return await self._run("tenants", partial(talk.tenants, self._sql), replayable=True)
+        return await self._run(
+            "tenants", partial(talk.tenants, self._sql), replayable=True, changes=False
+        )
 
     async def end_users(self, scope: Scope) -> tuple[str, ...]:
         """Every end user of the tenant with at least one fact, sorted by code point.
@@ -453,7 +456,7 @@ class PostgresMemory(MemoryStore):
         """
         tenant = _tenant_of(scope)
         return await self._run(
-            "end_users", partial(talk.end_users, self._sql, tenant), replayable=True
+            "end_users", partial(talk.end_users, self._sql, tenant), replayable=True, changes=False
         )
 
     async def restore(self, memory: Memory) -> bool:
@@ -497,13 +500,19 @@ class PostgresMemory(MemoryStore):
             raise StoreClosedError(operation, "closed")
 
     async def _run(
-        self, operation: str, conversation: partial[Conversation[_T]], *, replayable: bool
+        self,
+        operation: str,
+        conversation: partial[Conversation[_T]],
+        *,
+        replayable: bool,
+        changes: bool = True,
     ) -> _T:
         self._check_open(operation)
         if not self._verified:
             await self._verify(operation)
         try:
-            return await self._runner.run(Call(operation, conversation, replayable=replayable))
+            call = Call(operation, conversation, replayable=replayable, changes=changes)
+            return await self._runner.run(call)
         except SchemaVersionError:
             # The tables went away under a running store: check again next time.
             self._verified = False
@@ -513,7 +522,12 @@ class PostgresMemory(MemoryStore):
         # Code older than the database must fail clearly rather than misread
         # or damage a layout it does not know.
         found = await self._runner.run(
-            Call(operation, partial(talk.schema_version, self._sql), replayable=True)
+            Call(
+                operation,
+                partial(talk.schema_version, self._sql),
+                replayable=True,
+                changes=False,
+            )
         )
         if found != SCHEMA_VERSION:
             raise SchemaVersionError(self._schema, found, SCHEMA_VERSION)
