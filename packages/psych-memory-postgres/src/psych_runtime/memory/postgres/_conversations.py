@@ -57,24 +57,24 @@ def remember(sql: Statements, key: MemoryKey, content: str, memory_id: str) -> C
 
 
 def restore(sql: Statements, memory: Memory) -> Conversation[bool]:
-    """Insert ``memory`` as it is, unless this tenant already holds its id."""
+    """Insert ``memory`` as it is, unless the store already holds its id."""
     key = memory.key
     while True:
+        rows, _ = yield (sql.owner, (memory.id,))
+        if rows:
+            tenant, end_user_id, stored, created_at = rows[0]
+            if (tenant, end_user_id, stored) == (key.tenant, key.end_user_id, memory.content) and (
+                created_at == memory.created_at
+            ):
+                return False
+            raise InvalidInputError("memory.id", "is already the id of another fact in this store")
         rows, _ = yield (
             sql.restore,
             (memory.id, key.tenant, key.end_user_id, memory.content, memory.created_at),
         )
         if rows:
             return True
-        rows, _ = yield (sql.fact, (key.tenant, memory.id))
-        if not rows:
-            continue
-        end_user_id, stored, created_at = rows[0]
-        if (end_user_id, stored) == (key.end_user_id, memory.content) and (
-            created_at == memory.created_at
-        ):
-            return False
-        raise InvalidInputError("memory.id", "is already the id of another fact in this store")
+        # Another call stored this id between the two statements: look again.
 
 
 def forget(sql: Statements, key: MemoryKey, memory_id: str) -> Conversation[bool]:

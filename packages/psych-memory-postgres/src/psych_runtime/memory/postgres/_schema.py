@@ -119,6 +119,10 @@ MIGRATIONS: Final[tuple[tuple[sql.SQL, ...], ...]] = (
                 ALTER COLUMN id TYPE text COLLATE "C" USING id::text
             """
         ),
+        # Ids are unique in the whole store, not only per tenant: restoring a
+        # fact looks its id up everywhere. Not a unique index, so that the
+        # table can still be distributed by tenant.
+        sql.SQL("CREATE INDEX memories_id ON {memories} (id)"),
     ),
 )
 
@@ -135,6 +139,7 @@ class Statements:
     remember: bytes
     restore: bytes
     fact: bytes
+    owner: bytes
     forget: bytes
     recall: bytes
     erase: bytes
@@ -167,6 +172,10 @@ class Statements:
                 "INSERT INTO {memories} (id, tenant, end_user_id, content, created_at)"
                 " VALUES (%s, %s, %s, %s, %s)"
                 " ON CONFLICT (tenant, id) DO NOTHING RETURNING created_at"
+            ),
+            owner=render(
+                "SELECT tenant, end_user_id, content, created_at FROM {memories}"
+                " WHERE id = %s LIMIT 1"
             ),
             fact=render(
                 "SELECT end_user_id, content, created_at FROM {memories}"

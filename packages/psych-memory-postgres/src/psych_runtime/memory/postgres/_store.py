@@ -462,9 +462,8 @@ class PostgresMemory(MemoryStore):
     async def restore(self, memory: Memory) -> bool:
         """Store ``memory`` as given (id, key, content, time), after the key's facts.
 
-        See `RestoresFacts.restore`. Ids are unique per tenant here (the
-        table's unique constraint), which is where ``forget`` looks them up.
-        Replayed on a fresh connection if the connection breaks; a replay
+        See `RestoresFacts.restore`. A restored id must be free in the whole
+        store, every tenant included. Replayed on a fresh connection if the connection breaks; a replay
         that finds the first attempt's row answers ``False``.
 
         Returns:
@@ -476,7 +475,7 @@ class PostgresMemory(MemoryStore):
                 not a `datetime`.
             InvalidContentError: The content breaks a content rule.
             InvalidInputError: The id is not restorable, ``created_at`` has
-                no time zone, or the tenant holds a different fact with that
+                no time zone, or the store holds a different fact with that
                 id. Nothing was stored.
             SchemaVersionError: The schema is missing, older or newer.
             StoreUnavailableError: The server could not complete the call.
