@@ -3,8 +3,8 @@
 Run with ``hatch run bench:sqlite`` (add ``--quick`` for a short smoke run).
 
 Part 1, throughput: on two files prepared the same way, the adapter and a
-plain ``sqlite3`` connection (same schema, same pragmas, same SQL, called
-directly with no validation and no worker thread) each run ``remember``,
+plain ``sqlite3`` connection (same schema, same pragmas, same SQL in the same
+transactions, called directly with no validation and no worker thread) each run ``remember``,
 ``recall``, ``forget`` and ``erase``. Rounds alternate between the two so
 that a busy machine slows both alike; the best round of each counts. The
 ratio adapter / plain is the figure of merit (target: at least 0.7).
@@ -14,7 +14,11 @@ each size the adapter's per-user operations are timed on end users holding
 ten facts each. Their cost should stay flat (target: within 25 % of the
 smallest size).
 
-Both parts use the default durability ("full": an fsync per commit) unless
+Part 3, the file identity check: the ``stat`` of the path the adapter makes
+before each commit (to refuse writes into a deleted or replaced file), next
+to the transaction of one ``remember``.
+
+All parts use the default durability ("full": an fsync per commit) unless
 ``--durability normal`` is given. Figures go to stdout; copy them to
 docs/sqlite.md.
 """
@@ -163,9 +167,11 @@ class Workload:
 
 
 def plain_remember(conn: sqlite3.Connection, end_user: str, text: str) -> None:
+    conn.execute("BEGIN IMMEDIATE")
     conn.execute(
         INSERT, ("acme", end_user, os.urandom(16).hex(), text, now_micros(), "acme", end_user)
     )
+    conn.execute("COMMIT")
 
 
 def plain_recall(conn: sqlite3.Connection, end_user: str) -> object:
@@ -173,12 +179,18 @@ def plain_recall(conn: sqlite3.Connection, end_user: str) -> object:
 
 
 def plain_forget(conn: sqlite3.Connection, end_user: str, memory_id: str) -> None:
-    if conn.execute(DELETE_ONE, ("acme", end_user, memory_id)).rowcount:
+    conn.execute("BEGIN IMMEDIATE")
+    deleted = conn.execute(DELETE_ONE, ("acme", end_user, memory_id)).rowcount
+    conn.execute("COMMIT")
+    if deleted:
         conn.execute(TRUNCATE_LOG).fetchone()
 
 
 def plain_erase(conn: sqlite3.Connection, end_user: str) -> None:
-    if conn.execute(DELETE_KEY, ("acme", end_user)).rowcount:
+    conn.execute("BEGIN IMMEDIATE")
+    deleted = conn.execute(DELETE_KEY, ("acme", end_user)).rowcount
+    conn.execute("COMMIT")
+    if deleted:
         conn.execute(TRUNCATE_LOG).fetchone()
 
 
@@ -352,6 +364,31 @@ def growth(
         print(f"| {op} | {cells} | {medians[-1] / medians[0]:.2f} |")
 
 
+# Part 3: what the check for a moved file costs next to a commit.
+
+
+def identity_check(folder: Path, *, durability: Durability, ops: int) -> None:
+    """Median µs of the ``stat`` the adapter makes before each commit, and of a commit."""
+    path = folder / "identity.sqlite3"
+    anyio.run(create, path, durability)
+    stats: list[float] = []
+    commits: list[float] = []
+    clock = time.perf_counter
+    with closing(plain(path, durability)) as conn, gc_paused():
+        for index in range(ops):
+            start = clock()
+            path.stat()
+            stats.append(clock() - start)
+            start = clock()
+            plain_remember(conn, user(index), "a fact of ordinary length, about a preference")
+            commits.append(clock() - start)
+    stat, commit = (statistics.median(values) * 1e6 for values in (stats, commits))
+    print(f"\n## File identity check (durability={durability})")
+    print("\n| median µs | stat of the path | one remember's transaction | share |")
+    print("| --- | ---: | ---: | ---: |")
+    print(f"| per call | {stat:.1f} | {commit:,.1f} | {stat / commit:.1%} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
@@ -384,6 +421,7 @@ def main() -> None:
             ops=per_user,
             rounds=rounds,
         )
+        identity_check(Path(folder), durability=durability, ops=ops * 10)
 
 
 if __name__ == "__main__":

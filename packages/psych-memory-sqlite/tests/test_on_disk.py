@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+import anyio
+import anyio.to_thread
 import pytest
 
-from psych_runtime.memory.sqlite import EraseIncompleteError, SqliteMemory
+from psych_runtime.memory.sqlite import SqliteMemory
 
 pytestmark = pytest.mark.anyio
 
@@ -88,42 +92,113 @@ async def test_forget_through_one_store_is_wiped_for_all(db_path: Path) -> None:
         assert not occurs(db_path, "SECRET-shared-9e9e")
 
 
-async def test_a_reader_holding_the_log_delays_the_wipe_but_not_forever(
+def pending(memory: SqliteMemory) -> bool:
+    # A function, so the type checker does not narrow the property between calls.
+    return memory.scrub_pending
+
+
+@contextmanager
+def reading(db_path: Path) -> Iterator[sqlite3.Connection]:
+    """Another connection holding a read transaction, as a backup or analytics tool does."""
+    reader = sqlite3.connect(db_path, isolation_level=None, check_same_thread=False)
+    try:
+        # An open read transaction pins the snapshot that still has the facts.
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM psych_memory_fact").fetchone()
+        yield reader
+    finally:
+        if reader.in_transaction:
+            reader.execute("COMMIT")
+        reader.close()
+
+
+async def test_a_reader_holding_the_log_delays_the_wipe_but_not_the_answer(
     db_path: Path,
 ) -> None:
     async with SqliteMemory(db_path, busy_timeout=0.05) as memory:
         secret = await memory.remember("acme", "user-1", "SECRET-pinned-1b1b")
-        reader = sqlite3.connect(db_path, isolation_level=None)
-        try:
-            # An open read transaction pins the snapshot that still has the fact.
-            reader.execute("BEGIN")
-            reader.execute("SELECT count(*) FROM psych_memory_fact").fetchone()
-            with pytest.raises(EraseIncompleteError, match="write-ahead log"):
-                await memory.forget("acme", "user-1", secret.id)
-            # The delete itself is committed.
+        assert not pending(memory)
+        with reading(db_path) as reader:
+            # The delete is committed, so forget says so instead of raising.
+            assert await memory.forget("acme", "user-1", secret.id) is True
+            assert pending(memory)
+            assert occurs(db_path, "SECRET-pinned-1b1b")  # the scan sees the old page
             assert await memory.recall("acme", "user-1") == ()
+            assert await memory.scrub() is False
+            assert pending(memory)
             reader.execute("COMMIT")
-        finally:
-            reader.close()
-        # The next forget, even of nothing, finishes the wipe.
-        assert await memory.forget("acme", "user-1", secret.id) is False
+        # The next call of the store, of any key, finishes the wipe.
+        assert await memory.recall("acme", "someone-else") == ()
+        assert not pending(memory)
         assert not occurs(db_path, "SECRET-pinned-1b1b")
 
 
-async def test_closing_finishes_a_pending_wipe(db_path: Path) -> None:
+async def test_scrub_waits_for_the_reader_and_reports_the_outcome(db_path: Path) -> None:
+    async with SqliteMemory(db_path, busy_timeout=30) as memory:
+        await memory.remember("acme", "user-1", "SECRET-wait-3d3d")
+        with reading(db_path) as reader:
+            assert await memory.erase("acme", "user-1") == 1
+            assert pending(memory)
+            async with anyio.create_task_group() as group:
+
+                async def scrub() -> None:
+                    assert await memory.scrub() is True
+
+                group.start_soon(scrub)
+                # The scrub waits inside SQLite's busy handler for the reader.
+                await anyio.wait_all_tasks_blocked()
+                await anyio.to_thread.run_sync(reader.execute, "COMMIT")
+        assert not pending(memory)
+        assert not occurs(db_path, "SECRET-wait-3d3d")
+
+
+async def test_a_pending_scrub_never_fails_or_stalls_other_keys(db_path: Path) -> None:
+    # A long busy timeout: a call that waited for the reader would take it.
+    async with SqliteMemory(db_path, busy_timeout=30) as memory:
+        secret = await memory.remember("tenant-a", "user-1", "SECRET-tenant-a-4e4e")
+        kept = await memory.remember("tenant-c", "user-3", "KEPT-tenant-c")
+        with reading(db_path), anyio.fail_after(10):
+            assert await memory.erase("tenant-a", "user-1") == 1
+            assert pending(memory)
+            # Each of these returned at once, truthfully, reporting nothing
+            # it did not delete.
+            assert await memory.forget("tenant-b", "user-2", secret.id) is False
+            assert await memory.forget("tenant-b", "user-2", "not an id") is False
+            assert await memory.forget("tenant-b", "user-2", "f" * 32) is False
+            assert await memory.erase("tenant-c", "nobody") == 0
+            fact = await memory.remember("tenant-d", "user-4", "new fact")
+            assert await memory.recall("tenant-d", "user-4") == (fact,)
+            assert await memory.forget("tenant-c", "user-3", kept.id) is True
+            assert pending(memory)
+        assert await memory.scrub() is True
+        assert not occurs(db_path, "SECRET-tenant-a-4e4e")
+        assert not occurs(db_path, "KEPT-tenant-c")
+
+
+async def test_closing_finishes_a_pending_wipe_without_raising(db_path: Path) -> None:
     memory = SqliteMemory(db_path, busy_timeout=0.05)
     await memory.open()
     try:
         await memory.remember("acme", "user-1", "SECRET-close-2c2c")
-        reader = sqlite3.connect(db_path, isolation_level=None)
-        try:
-            reader.execute("BEGIN")
-            reader.execute("SELECT count(*) FROM psych_memory_fact").fetchone()
-            with pytest.raises(EraseIncompleteError):
-                await memory.erase("acme", "user-1")
-            reader.execute("COMMIT")
-        finally:
-            reader.close()
+        with reading(db_path):
+            assert await memory.erase("acme", "user-1") == 1
+            assert pending(memory)
     finally:
         await memory.aclose()
+    assert not pending(memory)
     assert not occurs(db_path, "SECRET-close-2c2c")
+
+
+async def test_closing_with_the_reader_still_there_does_not_raise(db_path: Path) -> None:
+    memory = SqliteMemory(db_path, busy_timeout=0.05)
+    await memory.open()
+    await memory.remember("acme", "user-1", "SECRET-stuck-5f5f")
+    with reading(db_path) as reader:
+        assert await memory.erase("acme", "user-1") == 1
+        await memory.aclose()
+        assert pending(memory)  # the receipt can say "pending"
+        reader.execute("COMMIT")
+        # Any other store on the file can finish the job.
+        async with SqliteMemory(db_path) as other:
+            assert await other.scrub() is True
+    assert not occurs(db_path, "SECRET-stuck-5f5f")

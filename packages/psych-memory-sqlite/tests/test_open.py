@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import os
+import pickle
 import sqlite3
 from pathlib import Path
 
 import anyio
 import pytest
 
+from psych_runtime.memory import port
 from psych_runtime.memory.sqlite import (
     SCHEMA_VERSION,
     DatabaseFileError,
+    DatabaseUnavailableError,
     SchemaVersionError,
     SqliteMemory,
 )
@@ -119,7 +122,16 @@ async def test_a_newer_schema_is_refused_untouched(db_path: Path) -> None:
     before = await anyio.Path(db_path).read_bytes()
     with pytest.raises(SchemaVersionError, match="upgrade") as caught:
         await SqliteMemory(db_path).open()
-    assert (caught.value.found, caught.value.supported) == (SCHEMA_VERSION + 1, SCHEMA_VERSION)
+    assert (caught.value.found, caught.value.expected) == (SCHEMA_VERSION + 1, SCHEMA_VERSION)
+    assert caught.value.where == str(db_path)
+    assert isinstance(caught.value, port.SchemaVersionError)
+    again = pickle.loads(pickle.dumps(caught.value))
+    assert type(again) is SchemaVersionError
+    assert (again.where, again.found, again.expected) == (
+        str(db_path),
+        SCHEMA_VERSION + 1,
+        SCHEMA_VERSION,
+    )
     assert await anyio.Path(db_path).read_bytes() == before
 
 
@@ -157,7 +169,7 @@ async def test_corrupt_pages_raise_instead_of_returning_wrong_facts(db_path: Pat
     for start in range(2 * page, len(data), page):
         data[start : start + 64] = b"\xa5" * 64
     await anyio.Path(db_path).write_bytes(bytes(data))
-    with pytest.raises((DatabaseFileError, sqlite3.DatabaseError), match=r"malformed|corrupt"):
+    with pytest.raises(DatabaseFileError, match="corrupt"):
         async with SqliteMemory(db_path) as memory:
             await memory.recall("acme", "user-1")
 
@@ -178,8 +190,11 @@ async def test_a_file_locked_past_the_busy_timeout_fails_at_open(db_path: Path) 
     holder = sqlite3.connect(db_path, isolation_level=None)
     try:
         holder.execute("BEGIN EXCLUSIVE")
-        with pytest.raises(sqlite3.OperationalError, match="locked"):
+        with pytest.raises(DatabaseUnavailableError, match="locked") as caught:
             await SqliteMemory(db_path, busy_timeout=0).open()
+        assert caught.value.operation == "open"
+        assert caught.value.may_have_taken_effect is False
+        assert isinstance(caught.value.__cause__, sqlite3.OperationalError)
         holder.execute("COMMIT")
     finally:
         holder.close()
@@ -200,3 +215,32 @@ async def test_stores_opening_a_new_file_at_once_lay_it_out_once(db_path: Path) 
         for store in stores:
             await store.aclose()
     assert header(db_path) == (OUR_APPLICATION_ID, SCHEMA_VERSION)
+
+
+async def test_a_first_version_file_is_migrated_and_keeps_its_facts(db_path: Path) -> None:
+    # The layout of schema version 1, exactly as version 1 of this adapter wrote it.
+    with sqlite3.connect(db_path) as raw:
+        raw.execute(
+            "CREATE TABLE psych_memory_fact (tenant TEXT NOT NULL, end_user_id TEXT NOT NULL,"
+            " seq INTEGER NOT NULL, id TEXT NOT NULL, content TEXT NOT NULL,"
+            " created_at INTEGER NOT NULL, PRIMARY KEY (tenant, end_user_id, seq))"
+            " STRICT, WITHOUT ROWID"
+        )
+        raw.execute(
+            "INSERT INTO psych_memory_fact VALUES ('acme', 'user-1', 1, ?, 'old fact', 0)",
+            ("a" * 32,),
+        )
+        raw.execute(f"PRAGMA application_id = {OUR_APPLICATION_ID}")
+        raw.execute("PRAGMA user_version = 1")
+    raw.close()
+    async with SqliteMemory(db_path) as memory:
+        (old,) = await memory.recall("acme", "user-1")
+        assert (old.id, old.content) == ("a" * 32, "old fact")
+        assert await memory.forget("acme", "user-1", old.id)
+    assert header(db_path) == (OUR_APPLICATION_ID, SCHEMA_VERSION)
+    with sqlite3.connect(db_path) as raw:
+        indexes = raw.execute(
+            "SELECT name FROM sqlite_schema WHERE type = 'index' AND sql IS NOT NULL"
+        ).fetchall()
+    raw.close()
+    assert indexes == [("psych_memory_fact_id",)]

@@ -161,3 +161,49 @@ def test_two_processes_writing_one_key_at_once_lose_nothing(tmp_path: Path) -> N
         mine = [fact for fact in stored if fact[1].endswith(payloads[side])]
         assert mine == kept
     assert len(stored) == 2 * (count - len(range(0, count, forget_every)))
+
+    # Once the scrub has completed, no forgotten fact is left in any file.
+    assert anyio.run(scrub, db) is True
+    files = b"".join(p.read_bytes() for p in tmp_path.glob(f"{db.name}*") if p.is_file())
+    for side, letter in (("left", "L"), ("right", "R")):
+        for index in range(0, count, forget_every):
+            assert f"shared:{index}:{letter} ".encode() not in files, (side, index)
+        assert f"shared:1:{letter} ".encode() in files  # the scan sees kept facts
+
+
+def test_four_processes_remembering_and_forgetting_never_fail(tmp_path: Path) -> None:
+    # The load that made a committed forget raise within seconds, when the
+    # scrub of the log waited for the other writers and then failed.
+    db = tmp_path / "four.sqlite3"
+    count, forget_every = 150, 3
+    users = [f"user-{i}" for i in range(4)]
+    with (
+        writer(db, users[0], count, forget_every=forget_every) as first,
+        writer(db, users[1], count, forget_every=forget_every, backend="trio") as second,
+        writer(db, users[2], count, forget_every=forget_every) as third,
+        writer(db, users[3], count, forget_every=forget_every, backend="trio") as fourth,
+    ):
+        children = (first, second, third, fourth)
+        for child in children:
+            start(child)
+        for child in children:
+            assert child.stdout is not None
+            assert child.stderr is not None
+            out, err = child.stdout.read(), child.stderr.read()
+            assert child.wait(timeout=DEADLINE) == 0, err
+            assert out.count("forgot ") == len(range(0, count, forget_every))
+    for end_user in users:
+        stored = recall_all(db, end_user)
+        assert [content for _, content in stored] == [
+            content_of(end_user, i) for i in range(count) if i % forget_every
+        ]
+    assert anyio.run(scrub, db) is True
+    files = b"".join(p.read_bytes() for p in tmp_path.glob(f"{db.name}*") if p.is_file())
+    for end_user in users:
+        for index in range(0, count, forget_every):
+            assert f"{end_user}:{index}:".encode() not in files
+
+
+async def scrub(db: Path) -> bool:
+    async with SqliteMemory(db) as memory:
+        return await memory.scrub()

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import inspect
+from importlib.metadata import entry_points
 
 import psych_runtime
 import psych_runtime.memory
 import psych_runtime.memory.sqlite as sqlite_adapter
+from psych_runtime.memory import port
 from psych_runtime.memory.port import MemoryStore
 from psych_runtime.memory.sqlite import (
     DatabaseFileError,
-    EraseIncompleteError,
+    DatabaseFileMovedError,
+    DatabaseUnavailableError,
     SchemaVersionError,
     SqliteMemory,
     SqliteMemoryError,
@@ -22,11 +25,13 @@ def test_all_is_exactly_the_public_api() -> None:
         [
             "SCHEMA_VERSION",
             "DatabaseFileError",
+            "DatabaseFileMovedError",
+            "DatabaseUnavailableError",
             "Durability",
-            "EraseIncompleteError",
             "SchemaVersionError",
             "SqliteMemory",
             "SqliteMemoryError",
+            "open_url",
         ]
     )
     for name in sqlite_adapter.__all__:
@@ -46,14 +51,31 @@ def test_namespace_levels_are_namespaces() -> None:
 def test_is_a_memory_store_with_documented_lifecycle() -> None:
     assert issubclass(SqliteMemory, MemoryStore)
     assert not inspect.isabstract(SqliteMemory)
-    for name in ("open", "aclose"):
+    for name in ("open", "scrub", "tenants", "end_users", "restore"):
         method = getattr(SqliteMemory, name)
         assert inspect.iscoroutinefunction(method), name
         assert "Raises:" in (method.__doc__ or ""), name
+    assert inspect.iscoroutinefunction(SqliteMemory.aclose)
+    assert "never raises" in (SqliteMemory.aclose.__doc__ or "")
 
 
-def test_errors_share_one_base() -> None:
-    for error in (DatabaseFileError, SchemaVersionError, EraseIncompleteError):
+def test_errors_are_the_ports_store_failures() -> None:
+    for error in (
+        DatabaseFileError,
+        SchemaVersionError,
+        DatabaseUnavailableError,
+        DatabaseFileMovedError,
+    ):
         assert issubclass(error, SqliteMemoryError)
+    assert issubclass(SqliteMemoryError, port.MemoryStoreError)
+    assert issubclass(SchemaVersionError, port.SchemaVersionError)
+    assert issubclass(DatabaseUnavailableError, port.StoreUnavailableError)
+    assert issubclass(DatabaseFileMovedError, DatabaseUnavailableError)
     # Operational trouble with the file is not bad input to the port.
     assert not issubclass(SqliteMemoryError, ValueError)
+
+
+def test_open_url_is_registered_as_the_sqlite_scheme() -> None:
+    (entry,) = entry_points(group="psych_runtime.memory.stores", name="sqlite")
+    assert entry.value == "psych_runtime.memory.sqlite:open_url"
+    assert entry.load() is sqlite_adapter.open_url

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 
-from psych_runtime.memory.port import Memory, MemoryKey
+from psych_runtime.memory.port import Memory, MemoryKey, StoreClosedError
 from psych_runtime.memory.sqlite import SqliteMemory
 
 pytestmark = pytest.mark.anyio
@@ -200,18 +201,38 @@ def test_threads_with_their_own_loops_share_one_store(db_path: Path) -> None:
 async def test_lifecycle(db_path: Path) -> None:
     memory = SqliteMemory(db_path)
     assert not await anyio.Path(db_path).exists()  # constructing touches nothing
-    with pytest.raises(RuntimeError, match="not open"):
+    with pytest.raises(StoreClosedError, match="not open") as caught:
         await memory.recall("acme", "user-1")
+    assert (caught.value.operation, caught.value.state) == ("recall", "not open")
     await memory.open()
-    with pytest.raises(RuntimeError, match="already open"):
-        await memory.open()
-    await memory.remember("acme", "user-1", "fact")
+    await memory.open()  # opening an open store does nothing
+    fact = await memory.remember("acme", "user-1", "fact")
+    async with memory as entered:  # neither does entering it
+        assert entered is memory
+        assert await memory.recall("acme", "user-1") == (fact,)
+    # Leaving the block closed it; closing again is harmless.
     await memory.aclose()
     await memory.aclose()
-    with pytest.raises(RuntimeError, match="closed"):
-        await memory.recall("acme", "user-1")
-    with pytest.raises(RuntimeError, match="already closed"):
+    calls: list[Callable[[], Awaitable[object]]] = [
+        lambda: memory.remember("acme", "user-1", "fact"),
+        lambda: memory.recall("acme", "user-1"),
+        lambda: memory.forget("acme", "user-1", fact.id),
+        lambda: memory.forget("acme", "user-1", "not an id"),
+        lambda: memory.erase("acme", "user-1"),
+        memory.scrub,
+        memory.tenants,
+        lambda: memory.end_users("acme"),
+        lambda: memory.restore(fact),
+    ]
+    for call in calls:
+        with pytest.raises(StoreClosedError, match="closed") as caught:
+            await call()
+        assert caught.value.state == "closed"
+    with pytest.raises(StoreClosedError, match="closed"):
         await memory.open()
+    with pytest.raises(StoreClosedError, match="closed"):
+        async with memory:
+            pass
     assert "closed" in repr(memory)
 
 
@@ -219,7 +240,7 @@ async def test_failed_open_leaves_the_store_closed(tmp_path: Path) -> None:
     memory = SqliteMemory(tmp_path / "missing" / "memory.sqlite3")
     with pytest.raises(FileNotFoundError):
         await memory.open()
-    with pytest.raises(RuntimeError, match="closed"):
+    with pytest.raises(StoreClosedError, match="closed"):
         await memory.remember("acme", "user-1", "fact")
 
 
@@ -263,5 +284,30 @@ async def test_closing_while_opening_leaves_nothing_open(db_path: Path) -> None:
             holder.execute("COMMIT")
     finally:
         holder.close()
-    with pytest.raises(RuntimeError, match="closed"):
+    with pytest.raises(StoreClosedError, match="closed"):
         await memory.recall("acme", "user-1")
+
+
+async def test_lifecycle_calls_never_wait_for_a_call_in_progress(db_path: Path) -> None:
+    # A call blocked inside SQLite holds the store's connection; opening
+    # again must not block the event loop behind it.
+    async with SqliteMemory(db_path, busy_timeout=30) as memory:
+        holder = sqlite3.connect(db_path, isolation_level=None, check_same_thread=False)
+        finished = anyio.Event()
+        try:
+            holder.execute("BEGIN IMMEDIATE")
+            async with anyio.create_task_group() as group:
+
+                async def blocked() -> None:
+                    await memory.remember("acme", "user-1", "waits for the lock")
+                    finished.set()
+
+                group.start_soon(blocked)
+                await anyio.wait_all_tasks_blocked()
+                await memory.open()  # already open: returns at once
+                assert not memory.scrub_pending
+                assert not finished.is_set()
+                holder.execute("COMMIT")
+        finally:
+            holder.close()
+        assert finished.is_set()

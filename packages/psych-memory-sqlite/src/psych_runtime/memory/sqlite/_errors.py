@@ -1,71 +1,77 @@
-"""Errors about the database file itself, as opposed to the input of a call.
+"""The adapter's own errors, each a subclass of the port's store failures.
 
-Bad arguments to the four port methods raise the port's own errors
-(`TypeError` and the `InvalidInputError` family). A path that cannot be used
-raises the standard `OSError` subclasses (`FileNotFoundError`,
-`NotADirectoryError`, `IsADirectoryError`, `PermissionError`). What is left,
-a file that is there but is not a usable memory database, raises one of
-these::
+Bad arguments to the port methods raise the port's own errors (`TypeError`
+and the `InvalidInputError` family). A path that cannot be used raises the
+standard `OSError` subclasses at open (`FileNotFoundError`,
+`NotADirectoryError`, `IsADirectoryError`, `PermissionError`). Everything
+else is a `MemoryStoreError` of the port, so code that knows only the port can
+catch it::
 
-    Exception
+    MemoryStoreError (port)
      └── SqliteMemoryError
-          ├── DatabaseFileError       not SQLite, corrupt, or another application's
-          ├── SchemaVersionError      written by a newer, unknown schema
-          └── EraseIncompleteError    deleted, but the log could not yet be emptied
+          ├── DatabaseFileError          not SQLite, corrupt, another application's, damaged
+          ├── SchemaVersionError         also the port's SchemaVersionError
+          └── DatabaseUnavailableError   also the port's StoreUnavailableError
+               └── DatabaseFileMovedError  the path no longer names the file opened
 
-Messages name the file and the rule; they never contain stored facts or keys.
+A ``sqlite3`` exception never reaches the caller bare: it is the
+``__cause__`` of one of these. Messages name the operation, the file and the
+rule; they never contain stored facts or keys. Every error pickles with its
+attributes.
 """
 
 from __future__ import annotations
 
+from psych_runtime.memory.port import MemoryStoreError, StoreUnavailableError
+from psych_runtime.memory.port import SchemaVersionError as PortSchemaVersionError
+
 __all__ = [
     "DatabaseFileError",
-    "EraseIncompleteError",
+    "DatabaseFileMovedError",
+    "DatabaseUnavailableError",
     "SchemaVersionError",
     "SqliteMemoryError",
 ]
 
 
-class SqliteMemoryError(Exception):
-    """The database file of a `SqliteMemory` cannot be used as asked."""
+class SqliteMemoryError(MemoryStoreError):
+    """A `SqliteMemory` could not do what was asked, through no fault of the caller."""
 
 
 class DatabaseFileError(SqliteMemoryError):
-    """The file is not a SQLite database, is corrupt, or belongs to another application.
+    """The file is not a SQLite database, is corrupt, belongs to another application or is damaged.
 
-    Raised when the store is opened, before anything is written to the file.
+    Raised by `SqliteMemory.open` before anything is written to the file,
+    and by a call that finds a page of the file corrupt.
     """
 
 
-class SchemaVersionError(SqliteMemoryError):
+class SchemaVersionError(SqliteMemoryError, PortSchemaVersionError):
     """The file was written by a newer version of this adapter than the one running.
 
     Opening it would mean guessing at a layout this version does not know, so
-    the store refuses, and leaves the file untouched. Upgrade
-    ``psych-memory-sqlite`` to open it.
-
-    Attributes:
-        found: The schema version recorded in the file.
-        supported: The newest schema version this adapter knows.
+    the store refuses and leaves the file untouched. Upgrade
+    ``psych-memory-sqlite`` to open it. The attributes are the port's:
+    ``where`` (the file), ``found`` and ``expected`` (schema versions).
     """
 
-    found: int
-    supported: int
 
-    def __init__(self, message: str, *, found: int, supported: int) -> None:
-        super().__init__(message)
-        self.found = found
-        self.supported = supported
+class DatabaseUnavailableError(SqliteMemoryError, StoreUnavailableError):
+    """The file could not be used in time, or SQLite failed to read or write it.
+
+    The most common case: another connection (in this or another process)
+    kept the file locked for longer than the busy timeout. The attributes are
+    the port's: ``operation``, ``reason`` and ``may_have_taken_effect``, which
+    is ``False`` whenever SQLite rolled the call's transaction back or never
+    began it, and ``True`` only when committing itself failed.
+    """
 
 
-class EraseIncompleteError(SqliteMemoryError):
-    """A `forget` or `erase` deleted its facts, but their old bytes may still be on disk.
+class DatabaseFileMovedError(DatabaseUnavailableError):
+    """The path no longer names the file the store opened: it was deleted or replaced.
 
-    The deletion itself is committed: the facts are gone from every later
-    `recall`. What failed is the step after it, emptying the write-ahead log,
-    because another connection kept reading an older snapshot or kept the
-    write lock for longer than the busy timeout. The old bytes stay in the
-    ``-wal`` file until the next `forget`, `erase` or close that succeeds in
-    emptying it; retrying the call (which then returns ``False`` or ``0``)
-    tries again.
+    Writing on would put facts into a file nobody can open again (or report
+    deletions from the wrong one), so every call refuses, and changes
+    nothing (``may_have_taken_effect`` is ``False``). Put the file back, or
+    close the store and open the path again.
     """

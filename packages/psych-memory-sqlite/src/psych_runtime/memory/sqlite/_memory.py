@@ -3,34 +3,38 @@
 from __future__ import annotations
 
 import errno
-import math
 import os
-import re
 import sqlite3
 import threading
 from collections.abc import Callable
+from contextlib import closing, suppress
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, Literal, TypeAlias, TypeVar, get_args
-from urllib.parse import quote
 
 import anyio.to_thread
 
 from psych_runtime.memory.port import (
+    InvalidInputError,
     Memory,
+    MemoryKey,
     MemoryStore,
     Scope,
+    StoreClosedError,
     memory_key,
     validate_content,
     validate_limit,
     validate_memory_id,
+    validate_restored_id,
 )
 
-from ._errors import DatabaseFileError, EraseIncompleteError, SqliteMemoryError
-from ._schema import check_schema, prepare_schema
+from ._connection import connect, prepare
+from ._errors import DatabaseFileMovedError, DatabaseUnavailableError, SqliteMemoryError
+from ._failures import store_failure
+from ._file import FileIdentity, check_busy_timeout, check_location, check_path, identify
+from ._scrub import ScrubState, truncate_log, truncate_log_at_once
 
 if TYPE_CHECKING:
-    from types import TracebackType
     from typing import Self
 
 __all__ = ["Durability", "SqliteMemory"]
@@ -44,12 +48,6 @@ _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND: Final = timedelta(microseconds=1)
 # SQLite integers are signed 64-bit; a larger limit means "all of them" anyway.
 _MAX_SQL_LIMIT: Final = 2**63 - 1
-# The ids this adapter hands out. Anything else cannot name a stored fact,
-# and is answered without touching the file (or binding text SQLite would
-# refuse, such as a lone surrogate).
-_ID_SHAPE: Final = re.compile(r"[0-9a-f]{32}")
-_SQLITE_NOTADB: Final = 26
-_SQLITE_CORRUPT: Final = 11
 
 # The new fact's position is computed in the same statement that inserts it,
 # under the write lock, so concurrent writers (other processes included)
@@ -63,9 +61,15 @@ _SELECT: Final = (
     "SELECT id, content, created_at FROM psych_memory_fact "
     "WHERE tenant = ? AND end_user_id = ? ORDER BY seq LIMIT ?"
 )
+_SELECT_BY_ID: Final = (
+    "SELECT tenant, end_user_id, content, created_at FROM psych_memory_fact WHERE id = ?"
+)
 _DELETE_ONE: Final = "DELETE FROM psych_memory_fact WHERE tenant = ? AND end_user_id = ? AND id = ?"
 _DELETE_KEY: Final = "DELETE FROM psych_memory_fact WHERE tenant = ? AND end_user_id = ?"
-_TRUNCATE_LOG: Final = "PRAGMA wal_checkpoint(TRUNCATE)"
+_TENANTS: Final = "SELECT DISTINCT tenant FROM psych_memory_fact ORDER BY tenant"
+_END_USERS: Final = (
+    "SELECT DISTINCT end_user_id FROM psych_memory_fact WHERE tenant = ? ORDER BY end_user_id"
+)
 
 
 class SqliteMemory(MemoryStore):
@@ -77,26 +81,35 @@ class SqliteMemory(MemoryStore):
         async with SqliteMemory("memory.sqlite3") as memory:
             await memory.remember("acme", "user-42", "prefers the Berlin warehouse")
 
-    Opening checks the file and lays out or migrates its schema, so a path
-    that cannot be used fails there and not at the first call. Every blocking
-    SQLite call runs in a worker thread (`anyio.to_thread.run_sync`), never on
-    the event loop, so the store works on asyncio and trio alike. Within one
-    store, calls share one connection behind a `threading.Lock`; several
-    stores, and several processes, may open the same file at once.
+    Opening creates the file if it is missing, checks it, and lays out or
+    migrates its schema, so a path that cannot be used fails there and not at
+    the first call. Every blocking SQLite call runs in a worker thread
+    (`anyio.to_thread.run_sync`), never on the event loop, so the store works
+    on asyncio and trio alike. Within one store, calls share one connection
+    behind a `threading.Lock`; several stores, and several processes, may
+    open the same file at once.
 
     Facts are kept in insertion order: each takes the next number of its
-    key's sequence, so the order never depends on clocks. One end user's
-    facts are stored side by side, so every call reads or deletes a few
-    neighbouring pages however large the file grows. `forget` and `erase`
-    delete for real: SQLite overwrites the deleted rows with zeros
-    (``secure_delete``), and the write-ahead log is checkpointed and
-    truncated before the call returns, so the deleted text is left in neither
-    the database file nor its side files.
+    key's sequence, so the order never depends on clocks. `forget` and
+    `erase` delete for real: SQLite overwrites the deleted rows with zeros
+    (``secure_delete``), and the write-ahead log, which still holds older
+    copies of the changed pages, is emptied as soon as no other connection
+    is reading it (see `scrub_pending` and `scrub`).
+
+    Every call waits at most ``busy_timeout`` for other connections to
+    release the file, then raises `DatabaseUnavailableError` (the port's
+    `StoreUnavailableError`). A call that has started in its worker thread
+    always finishes there, even when the caller's cancel scope expires: its
+    effect is decided (made or not) before the cancellation reaches the
+    caller.
+
+    The store also provides the port's `ListsEndUsers` and `RestoresFacts`
+    capabilities.
 
     Args:
-        path: The database file. It is created if missing; its directory must
-            exist. Relative paths are taken from the working directory at the
-            time the store is constructed.
+        path: The database file. It is created at open if missing; its
+            directory must exist. Relative paths are taken from the working
+            directory at the time the store is constructed.
         busy_timeout: Seconds a call waits for another connection (in this or
             another process) to release the file before it gives up.
         durability: ``"full"`` (the default) syncs the log to disk at every
@@ -108,18 +121,21 @@ class SqliteMemory(MemoryStore):
 
     Raises:
         TypeError: An argument has the wrong type.
-        ValueError: ``path`` is empty, ``busy_timeout`` is negative or not
-            finite, or ``durability`` is not one of the two levels.
+        ValueError: ``path`` is empty, holds a NUL character or is not valid
+            UTF-8, ``busy_timeout`` is negative or not finite, or
+            ``durability`` is not one of the two levels.
     """
 
     __slots__ = (
         "_busy_timeout",
         "_conn",
         "_durability",
+        "_identity",
         "_lock",
         "_path",
-        "_scrub_pending",
+        "_scrub",
         "_state",
+        "_state_lock",
     )
 
     def __init__(
@@ -129,19 +145,21 @@ class SqliteMemory(MemoryStore):
         busy_timeout: float = 5.0,
         durability: Durability = "full",
     ) -> None:
-        self._path = _check_path(path)
-        self._busy_timeout = _check_busy_timeout(busy_timeout)
+        self._path = check_path(path)
+        self._busy_timeout = check_busy_timeout(busy_timeout)
         if durability not in get_args(Durability):
             if not isinstance(durability, str):
                 raise TypeError(f"durability must be a str, not {type(durability).__qualname__}")
             raise ValueError('durability must be "full" or "normal"')
         self._durability: Durability = durability
+        # Serialises the calls on the one connection; held for a whole call.
         self._lock = threading.Lock()
+        # Guards the state and the connection's arrival; held for a moment.
+        self._state_lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
+        self._identity: FileIdentity | None = None
         self._state: Literal["new", "opening", "open", "closed"] = "new"
-        # Set when a deletion committed but the log could not be emptied yet;
-        # the next forget, erase or close tries again.
-        self._scrub_pending = False
+        self._scrub = ScrubState()
 
     @property
     def path(self) -> Path:
@@ -158,41 +176,62 @@ class SqliteMemory(MemoryStore):
         """The durability level the store was opened with."""
         return self._durability
 
+    @property
+    def scrub_pending(self) -> bool:
+        """Whether bytes of a fact this store deleted may still be in the write-ahead log.
+
+        ``False`` once every deletion this store committed has been followed
+        by an emptied log. The deletion itself is committed either way: no
+        call returns the deleted facts again. Stays readable after closing.
+        """
+        return self._scrub.pending
+
     def __repr__(self) -> str:
         return f"SqliteMemory({os.fspath(self._path)!r}, state={self._state!r})"
 
     async def open(self) -> None:
-        """Open the file, check it, and lay out or migrate its schema.
+        """Create the file if missing, check it, and lay out or migrate its schema.
+
+        Opening a store that is already open does nothing.
 
         Raises:
-            RuntimeError: The store was already opened (a closed store cannot
-                be reopened: construct a new one).
+            StoreClosedError: The store was closed (a closed store cannot be
+                reopened: construct a new one).
+            RuntimeError: Another task is opening the store at this moment.
             FileNotFoundError: The directory of ``path`` does not exist.
             NotADirectoryError: A parent of ``path`` is not a directory.
             IsADirectoryError: ``path`` is a directory.
             PermissionError: The file or its directory cannot be read and written.
             DatabaseFileError: The file is not a SQLite database, is corrupt,
-                or is a database of another application.
+                is a database of another application, or is marked as a
+                memory file but lacks its table. The file is left unchanged.
             SchemaVersionError: The file was written by a newer schema version.
+            DatabaseUnavailableError: The file stayed locked past the busy
+                timeout, or SQLite failed otherwise.
             SqliteMemoryError: SQLite cannot keep a write-ahead log for the file.
-            sqlite3.OperationalError: SQLite failed otherwise (for example the
-                file stayed locked past the busy timeout).
         """
-        with self._lock:
-            if self._state != "new":
-                raise RuntimeError(f"this SqliteMemory is already {self._state}")
+        # The state lock is only ever held for a moment, so taking it on the
+        # event loop never blocks it; the connection lock may be held for a
+        # whole call, and is only taken in worker threads.
+        with self._state_lock:
+            if self._state == "open":
+                return
+            if self._state == "closed":
+                raise StoreClosedError("open", "closed")
+            if self._state == "opening":
+                raise RuntimeError("this SqliteMemory is being opened by another task")
             self._state = "opening"
         try:
-            conn = await anyio.to_thread.run_sync(self._connect)
+            conn, identity = await anyio.to_thread.run_sync(self._connect)
         except BaseException:
-            with self._lock:
+            with self._state_lock:
                 self._state = "closed"
             raise
-        with self._lock:
+        with self._state_lock:
             # aclose() may have run while the file was being opened.
             state: str = self._state
             if state != "closed":
-                self._conn = conn
+                self._conn, self._identity = conn, identity
                 self._state = "open"
                 return
         await anyio.to_thread.run_sync(conn.close)
@@ -200,24 +239,23 @@ class SqliteMemory(MemoryStore):
     async def aclose(self) -> None:
         """Close the store; calls in progress finish first. Closing twice is harmless.
 
-        Raises:
-            EraseIncompleteError: A deletion earlier could not empty the
-                write-ahead log, and neither could closing. The store is
-                closed all the same.
+        When a scrub is pending, closing tries it once more, waiting at most
+        the busy timeout, and closes whatever the outcome: `scrub_pending`
+        tells. Closing never raises, for that or for anything SQLite reports
+        while closing; the store is closed afterwards.
         """
         await anyio.to_thread.run_sync(self._close)
 
     async def __aenter__(self) -> Self:
+        """Open the store (see `open`) and return it.
+
+        Raises:
+            StoreClosedError: The store was closed already.
+            MemoryStoreError: Opening failed (see `open` for every case).
+            OSError: The path cannot be used (see `open`).
+        """
         await self.open()
         return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     async def remember(self, scope: Scope, end_user_id: str, content: str) -> Memory:
         """Store a new fact, as `MemoryStore.remember`; it is on disk when this returns.
@@ -226,8 +264,13 @@ class SqliteMemory(MemoryStore):
             TypeError: An argument has the wrong type.
             InvalidKeyError: The tenant or end-user id breaks a key rule.
             InvalidContentError: The content breaks a content rule.
-            RuntimeError: The store is not open.
-            sqlite3.OperationalError: The file stayed locked past the busy timeout.
+            StoreClosedError: The store is not open, or was closed.
+            DatabaseFileMovedError: The file was deleted or replaced since
+                opening; nothing was stored.
+            DatabaseUnavailableError: The file stayed locked past the busy
+                timeout, or SQLite failed; ``may_have_taken_effect`` says
+                whether the fact may be stored all the same.
+            DatabaseFileError: The file turned out to be corrupt; nothing was stored.
         """
         key = memory_key(scope, end_user_id)
         content = validate_content(content)
@@ -235,38 +278,49 @@ class SqliteMemory(MemoryStore):
         def insert(conn: sqlite3.Connection) -> Memory:
             # 128 random bits, as the in-process adapter uses.
             memory = Memory(os.urandom(16).hex(), key, content, datetime.now(UTC))
-            micros = (memory.created_at - _EPOCH) // _MICROSECOND
-            tenant, end_user = key.tenant, key.end_user_id
-            conn.execute(_INSERT, (tenant, end_user, memory.id, content, micros, tenant, end_user))
+            self._insert(conn, memory)
             return memory
 
-        return await self._run(insert)
+        return await self._run("remember", lambda conn: self._written(conn, "remember", insert))
 
     async def forget(self, scope: Scope, end_user_id: str, memory_id: str) -> bool:
         """Delete one fact, as `MemoryStore.forget`, and wipe its bytes from the files.
 
+        Returns as soon as the deletion is committed; the wipe of the
+        write-ahead log follows as soon as other connections allow it (see
+        `scrub_pending`). An id that no store could have handed out (see
+        `validate_restored_id`) answers ``False`` without touching the file.
+
         Raises:
             TypeError: An argument has the wrong type.
             InvalidKeyError: The tenant or end-user id breaks a key rule.
-            RuntimeError: The store is not open.
-            EraseIncompleteError: The fact is deleted, but another connection
-                kept the write-ahead log from being emptied.
-            sqlite3.OperationalError: The file stayed locked past the busy timeout.
+            StoreClosedError: The store is not open, or was closed.
+            DatabaseFileMovedError: The file was deleted or replaced since
+                opening; nothing was deleted.
+            DatabaseUnavailableError: The file stayed locked past the busy
+                timeout, or SQLite failed; ``may_have_taken_effect`` says
+                whether the fact may be deleted all the same.
+            DatabaseFileError: The file turned out to be corrupt; nothing was deleted.
         """
         key = memory_key(scope, end_user_id)
         memory_id = validate_memory_id(memory_id)
-        known_shape = _ID_SHAPE.fullmatch(memory_id) is not None
+        try:
+            validate_restored_id(memory_id)
+        except InvalidInputError:
+            known_shape = False
+        else:
+            known_shape = True
 
-        def delete(conn: sqlite3.Connection) -> bool:
-            deleted = False
-            if known_shape:
-                cursor = conn.execute(_DELETE_ONE, (key.tenant, key.end_user_id, memory_id))
-                deleted = cursor.rowcount > 0
-            if deleted or self._scrub_pending:
-                self._scrub(conn)
-            return deleted
+        def delete(conn: sqlite3.Connection) -> int:
+            cursor = conn.execute(_DELETE_ONE, (key.tenant, key.end_user_id, memory_id))
+            return cursor.rowcount
 
-        return await self._run(delete)
+        def run(conn: sqlite3.Connection) -> bool:
+            if not known_shape:
+                return False
+            return self._delete(conn, "forget", delete) > 0
+
+        return await self._run("forget", run)
 
     async def recall(
         self, scope: Scope, end_user_id: str, *, limit: int | None = None
@@ -277,8 +331,10 @@ class SqliteMemory(MemoryStore):
             TypeError: An argument has the wrong type (a `bool` limit included).
             InvalidKeyError: The tenant or end-user id breaks a key rule.
             InvalidLimitError: ``limit`` is negative.
-            RuntimeError: The store is not open.
-            sqlite3.OperationalError: The file stayed locked past the busy timeout.
+            StoreClosedError: The store is not open, or was closed.
+            DatabaseFileMovedError: The file was deleted or replaced since opening.
+            DatabaseUnavailableError: SQLite failed (reading changes nothing).
+            DatabaseFileError: The file turned out to be corrupt.
         """
         key = memory_key(scope, end_user_id)
         checked = validate_limit(limit)
@@ -291,166 +347,329 @@ class SqliteMemory(MemoryStore):
                 for memory_id, content, micros in rows
             )
 
-        return await self._run(select)
+        return await self._run("recall", lambda conn: self._read(conn, "recall", select))
 
     async def erase(self, scope: Scope, end_user_id: str) -> int:
         """Delete every fact of this end user, as `MemoryStore.erase`, and wipe their bytes.
 
+        Returns as soon as the deletion is committed; the wipe of the
+        write-ahead log follows as soon as other connections allow it (see
+        `scrub_pending`).
+
         Raises:
             TypeError: An argument has the wrong type.
             InvalidKeyError: The tenant or end-user id breaks a key rule.
-            RuntimeError: The store is not open.
-            EraseIncompleteError: The facts are deleted, but another connection
-                kept the write-ahead log from being emptied.
-            sqlite3.OperationalError: The file stayed locked past the busy timeout.
+            StoreClosedError: The store is not open, or was closed.
+            DatabaseFileMovedError: The file was deleted or replaced since
+                opening; nothing was deleted.
+            DatabaseUnavailableError: The file stayed locked past the busy
+                timeout, or SQLite failed; ``may_have_taken_effect`` says
+                whether the facts may be deleted all the same.
+            DatabaseFileError: The file turned out to be corrupt; nothing was deleted.
         """
         key = memory_key(scope, end_user_id)
 
         def delete(conn: sqlite3.Connection) -> int:
-            deleted: int = conn.execute(_DELETE_KEY, (key.tenant, key.end_user_id)).rowcount
-            if deleted or self._scrub_pending:
-                self._scrub(conn)
-            return deleted
+            cursor = conn.execute(_DELETE_KEY, (key.tenant, key.end_user_id))
+            return cursor.rowcount
 
-        return await self._run(delete)
+        return await self._run("erase", lambda conn: self._delete(conn, "erase", delete))
 
-    async def _run(self, operation: Callable[[sqlite3.Connection], _T]) -> _T:
-        return await anyio.to_thread.run_sync(self._locked, operation)
+    async def scrub(self) -> bool:
+        """Empty the write-ahead log now, waiting at most the busy timeout for other connections.
 
-    def _locked(self, operation: Callable[[sqlite3.Connection], _T]) -> _T:
+        An operator's erase receipt can say "scrubbed" when this returns
+        ``True``, and "pending" otherwise. It runs beside the store's calls
+        on a connection of its own, so it never makes them wait.
+
+        Returns:
+            ``True`` if the log was emptied, so no bytes of any deleted fact
+            remain in it (`scrub_pending` is then ``False`` unless another
+            deletion committed meanwhile); ``False`` if other connections
+            kept reading or writing past the busy timeout.
+
+        Raises:
+            StoreClosedError: The store is not open, or was closed.
+            DatabaseFileMovedError: The file was deleted or replaced since opening.
+            DatabaseUnavailableError: SQLite failed.
+        """
+        with self._state_lock:
+            if self._state != "open":
+                raise StoreClosedError("scrub", _closed_state(self._state))
+        return await anyio.to_thread.run_sync(self._scrub_now)
+
+    async def tenants(self) -> tuple[str, ...]:
+        """Every tenant with at least one fact, sorted by code point (`ListsEndUsers`).
+
+        Raises:
+            StoreClosedError: The store is not open, or was closed.
+            DatabaseFileMovedError: The file was deleted or replaced since opening.
+            DatabaseUnavailableError: SQLite failed.
+            DatabaseFileError: The file turned out to be corrupt.
+        """
+
+        def select(conn: sqlite3.Connection) -> tuple[str, ...]:
+            return tuple(tenant for (tenant,) in conn.execute(_TENANTS).fetchall())
+
+        return await self._run("tenants", lambda conn: self._read(conn, "tenants", select))
+
+    async def end_users(self, scope: Scope) -> tuple[str, ...]:
+        """Every end user of the tenant with a fact, sorted by code point (`ListsEndUsers`).
+
+        Raises:
+            TypeError: ``scope`` has the wrong type.
+            InvalidKeyError: The tenant breaks a key rule.
+            StoreClosedError: The store is not open, or was closed.
+            DatabaseFileMovedError: The file was deleted or replaced since opening.
+            DatabaseUnavailableError: SQLite failed.
+            DatabaseFileError: The file turned out to be corrupt.
+        """
+        # `memory_key` is the one place a scope becomes a tenant; any valid
+        # end-user id serves to call it.
+        tenant = memory_key(scope, "-").tenant
+
+        def select(conn: sqlite3.Connection) -> tuple[str, ...]:
+            rows = conn.execute(_END_USERS, (tenant,)).fetchall()
+            return tuple(end_user for (end_user,) in rows)
+
+        return await self._run("end_users", lambda conn: self._read(conn, "end_users", select))
+
+    async def restore(self, memory: Memory) -> bool:
+        """Store ``memory`` exactly as given, after its key's facts (`RestoresFacts`).
+
+        The id and ``created_at`` are kept, so facts restored in a key's order
+        keep that order.
+
+        Returns:
+            ``True`` if the fact was stored; ``False`` if its key already
+            holds a fact with that id, content and ``created_at``.
+
+        Raises:
+            TypeError: ``memory`` is not a `Memory`, its key is not a
+                `MemoryKey`, or its ``created_at`` is not a `datetime`.
+            InvalidContentError: The content breaks a content rule.
+            InvalidInputError: The id is not restorable, ``created_at`` has
+                no time zone, or the store holds a different fact with that
+                id. Nothing was stored.
+            StoreClosedError: The store is not open, or was closed.
+            DatabaseFileMovedError: The file was deleted or replaced since
+                opening; nothing was stored.
+            DatabaseUnavailableError: The file stayed locked past the busy
+                timeout, or SQLite failed; ``may_have_taken_effect`` says
+                whether the fact may be stored all the same.
+            DatabaseFileError: The file turned out to be corrupt; nothing was stored.
+        """
+        if not isinstance(memory, Memory):
+            raise TypeError(f"memory must be a Memory, not {type(memory).__qualname__}")
+        validate_restored_id(memory.id)
+        validate_content(memory.content)
+        if not isinstance(memory.key, MemoryKey):
+            raise TypeError(f"memory.key must be a MemoryKey, not {type(memory.key).__qualname__}")
+        created_at = memory.created_at
+        if not isinstance(created_at, datetime):
+            raise TypeError(
+                f"memory.created_at must be a datetime, not {type(created_at).__qualname__}"
+            )
+        if created_at.utcoffset() is None:
+            raise InvalidInputError("memory.created_at", "must be timezone-aware")
+        wanted = (
+            memory.key.tenant,
+            memory.key.end_user_id,
+            memory.content,
+            (created_at - _EPOCH) // _MICROSECOND,
+        )
+
+        def put(conn: sqlite3.Connection) -> bool:
+            held = conn.execute(_SELECT_BY_ID, (memory.id,)).fetchone()
+            if held is not None:
+                if tuple(held) == wanted:
+                    return False
+                raise InvalidInputError(
+                    "memory.id", "is already the id of a different fact in this store"
+                )
+            self._insert(conn, memory)
+            return True
+
+        return await self._run("restore", lambda conn: self._written(conn, "restore", put))
+
+    @staticmethod
+    def _insert(conn: sqlite3.Connection, memory: Memory) -> None:
+        micros = (memory.created_at - _EPOCH) // _MICROSECOND
+        tenant, end_user = memory.key.tenant, memory.key.end_user_id
+        conn.execute(
+            _INSERT, (tenant, end_user, memory.id, memory.content, micros, tenant, end_user)
+        )
+
+    async def _run(self, operation: str, work: Callable[[sqlite3.Connection], _T]) -> _T:
+        # Never abandoned on cancellation: the worker thread finishes the
+        # call, so its effect is decided before the caller sees the cancel.
+        return await anyio.to_thread.run_sync(self._locked, operation, work)
+
+    def _locked(self, operation: str, work: Callable[[sqlite3.Connection], _T]) -> _T:
         # Runs in a worker thread. The lock is taken here, never in the event
         # loop, so a store may be shared between threads with their own loops.
         with self._lock:
             conn = self._conn
             if conn is None:
-                raise RuntimeError(_not_open(self._state))
-            return operation(conn)
+                raise StoreClosedError(operation, _closed_state(self._state))
+            return work(conn)
 
-    def _scrub(self, conn: sqlite3.Connection) -> None:
-        # The deleted rows are already zeroed in the pages that replaced them,
-        # but older copies of those pages sit in the write-ahead log (and, for
-        # a moment, the database file) until a checkpoint writes the new pages
-        # back and the log is cut to zero bytes.
-        self._scrub_pending = True
-        busy, _, _ = conn.execute(_TRUNCATE_LOG).fetchone()
-        if busy:
-            raise EraseIncompleteError(
-                f"the deletion is committed, but the write-ahead log of {self._path} "
-                "could not be emptied within the busy timeout, because another "
-                "connection kept using it; the deleted bytes stay in the log until a "
-                "later forget, erase or close empties it"
-            )
-        self._scrub_pending = False
-
-    def _connect(self) -> sqlite3.Connection:
-        path = self._path
-        _check_location(path)
-        uri = f"file:{quote(os.fspath(path))}?mode=rwc"
-        conn = sqlite3.connect(
-            uri,
-            uri=True,
-            timeout=self._busy_timeout,
-            isolation_level=None,
-            check_same_thread=False,
-            cached_statements=16,
-        )
+    def _read(
+        self, conn: sqlite3.Connection, operation: str, body: Callable[[sqlite3.Connection], _T]
+    ) -> _T:
+        self._check_file(operation)
         try:
-            self._prepare(conn)
-        except sqlite3.DatabaseError as exc:
-            conn.close()
-            if exc.sqlite_errorcode in (_SQLITE_NOTADB, _SQLITE_CORRUPT):
-                raise DatabaseFileError(
-                    f"{path} is not a SQLite database, or is corrupt ({exc})"
-                ) from exc
+            result = body(conn)
+        except sqlite3.Error as exc:
+            raise self._failure(operation, exc, may_have_taken_effect=False) from exc
+        self._retry_scrub(conn)
+        return result
+
+    def _delete(
+        self, conn: sqlite3.Connection, operation: str, body: Callable[[sqlite3.Connection], int]
+    ) -> int:
+        deleted = self._write(conn, operation, body)
+        if deleted:
+            self._scrub.deleted()
+        self._retry_scrub(conn)
+        return deleted
+
+    def _write(
+        self, conn: sqlite3.Connection, operation: str, body: Callable[[sqlite3.Connection], _T]
+    ) -> _T:
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise self._failure(operation, exc, may_have_taken_effect=False) from exc
+        try:
+            result = body(conn)
+            # Checked under the write lock, just before committing: a write
+            # into a file that is no longer at the path would be lost.
+            self._check_file(operation)
+        except BaseException as exc:
+            _rollback(conn)
+            if isinstance(exc, sqlite3.Error):
+                raise self._failure(operation, exc, may_have_taken_effect=False) from exc
             raise
+        try:
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            _rollback(conn)
+            raise self._failure(operation, exc, may_have_taken_effect=True) from exc
+        return result
+
+    def _written(
+        self, conn: sqlite3.Connection, operation: str, body: Callable[[sqlite3.Connection], _T]
+    ) -> _T:
+        result = self._write(conn, operation, body)
+        self._retry_scrub(conn)
+        return result
+
+    def _retry_scrub(self, conn: sqlite3.Connection) -> None:
+        # After every call while a scrub is pending, without waiting.
+        if self._scrub.pending:
+            target = self._scrub.target()
+            if truncate_log_at_once(conn, round(self._busy_timeout * 1000)):
+                self._scrub.covered(target)
+
+    def _scrub_now(self) -> bool:
+        # On a connection of its own, so the store's calls go on meanwhile.
+        target = self._scrub.target()
+        self._check_file("scrub")
+        try:
+            with closing(connect(self._path, self._busy_timeout, create=False)) as conn:
+                emptied = truncate_log(conn)
+        except sqlite3.Error as exc:
+            raise self._failure("scrub", exc, may_have_taken_effect=False) from exc
+        if emptied:
+            self._scrub.covered(target)
+        return emptied
+
+    def _check_file(self, operation: str) -> None:
+        try:
+            identity = identify(self._path)
+        except OSError as exc:
+            raise DatabaseUnavailableError(
+                operation,
+                f"the database file {self._path} cannot be looked at "
+                f"({errno.errorcode.get(exc.errno or 0, type(exc).__name__)})",
+                may_have_taken_effect=False,
+            ) from exc
+        if identity != self._identity:
+            raise DatabaseFileMovedError(
+                operation,
+                f"the database file {self._path} was deleted or replaced after the store "
+                "opened it; close the store and open the path again",
+                may_have_taken_effect=False,
+            )
+
+    def _failure(
+        self, operation: str, error: sqlite3.Error, *, may_have_taken_effect: bool
+    ) -> SqliteMemoryError:
+        return store_failure(
+            operation,
+            self._path,
+            self._busy_timeout,
+            error,
+            may_have_taken_effect=may_have_taken_effect,
+        )
+
+    def _connect(self) -> tuple[sqlite3.Connection, FileIdentity]:
+        check_location(self._path)
+        try:
+            conn = connect(self._path, self._busy_timeout, create=True)
+        except sqlite3.Error as exc:
+            raise self._failure("open", exc, may_have_taken_effect=False) from exc
+        try:
+            prepare(conn, os.fspath(self._path), self._durability.upper())
+            identity = self._identify_opened()
+        except sqlite3.Error as exc:
+            conn.close()
+            raise self._failure("open", exc, may_have_taken_effect=False) from exc
         except BaseException:
             conn.close()
             raise
-        return conn
+        return conn, identity
 
-    def _prepare(self, conn: sqlite3.Connection) -> None:
-        name = os.fspath(self._path)
-        # Read before writing anything: a foreign or newer file must be left
-        # exactly as it was found.
-        check_schema(conn, name)
-        (mode,) = conn.execute("PRAGMA journal_mode = WAL").fetchone()
-        if mode != "wal":
-            raise SqliteMemoryError(
-                f"SQLite cannot keep a write-ahead log for {name} (journal mode stayed {mode!r})"
+    def _identify_opened(self) -> FileIdentity:
+        identity = identify(self._path)
+        if identity is None:
+            raise DatabaseFileMovedError(
+                "open",
+                f"the database file {self._path} was deleted while it was being opened",
+                may_have_taken_effect=False,
             )
-        conn.execute(f"PRAGMA synchronous = {self._durability.upper()}")
-        conn.execute("PRAGMA secure_delete = ON")
-        # Temporary tables and indices never touch the disk.
-        conn.execute("PRAGMA temp_store = MEMORY")
-        prepare_schema(conn, name)
+        return identity
 
     def _close(self) -> None:
         with self._lock:
-            conn, self._conn = self._conn, None
-            self._state = "closed"
+            with self._state_lock:
+                conn, self._conn = self._conn, None
+                self._state = "closed"
             if conn is None:
                 return
             try:
-                if self._scrub_pending:
-                    self._scrub(conn)
+                if self._scrub.pending:
+                    self._scrub_at_close(conn)
             finally:
-                conn.close()
+                # Closing must not fail; SQLite released what it could.
+                with suppress(sqlite3.Error):
+                    conn.close()
+
+    def _scrub_at_close(self, conn: sqlite3.Connection) -> None:
+        # Waits at most the busy timeout; closing goes on whatever the outcome.
+        target = self._scrub.target()
+        with suppress(sqlite3.Error):
+            if truncate_log(conn):
+                self._scrub.covered(target)
 
 
-def _check_path(path: object) -> Path:
-    if isinstance(path, os.PathLike):
-        path = os.fspath(path)
-    if not isinstance(path, str):
-        raise TypeError(
-            f"path must be a str or an os.PathLike of str, not {type(path).__qualname__}"
-        )
-    if not path:
-        raise ValueError("path must not be empty")
-    if "\x00" in path:
-        raise ValueError("path must not contain a NUL character")
-    return Path(path).absolute()
+def _rollback(conn: sqlite3.Connection) -> None:
+    if conn.in_transaction:
+        # SQLite rolls back by itself when it cannot go on.
+        with suppress(sqlite3.Error):
+            conn.execute("ROLLBACK")
 
 
-def _check_busy_timeout(busy_timeout: object) -> float:
-    if isinstance(busy_timeout, bool) or not isinstance(busy_timeout, int | float):
-        raise TypeError(
-            f"busy_timeout must be a number of seconds, not {type(busy_timeout).__qualname__}"
-        )
-    if not math.isfinite(busy_timeout) or busy_timeout < 0:
-        raise ValueError("busy_timeout must be a finite number of seconds >= 0")
-    return float(busy_timeout)
-
-
-def _check_location(path: Path) -> None:
-    # SQLite's own message for all of these is "unable to open database file";
-    # saying which rule broke is worth a few system calls at open.
-    parent = path.parent
-    if not parent.exists():
-        raise FileNotFoundError(
-            errno.ENOENT, "the directory of path does not exist", os.fspath(parent)
-        )
-    if not parent.is_dir():
-        raise NotADirectoryError(
-            errno.ENOTDIR, "the parent of path is not a directory", os.fspath(parent)
-        )
-    if path.is_dir():
-        raise IsADirectoryError(
-            errno.EISDIR, "path is a directory, not a database file", os.fspath(path)
-        )
-    if path.exists() and not os.access(path, os.R_OK | os.W_OK):
-        raise PermissionError(
-            errno.EACCES, "the database file must be readable and writable", os.fspath(path)
-        )
-    # The write-ahead log and its index are files beside the database.
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise PermissionError(
-            errno.EACCES,
-            "the directory of path must be writable (SQLite keeps its log there)",
-            os.fspath(parent),
-        )
-
-
-def _not_open(state: str) -> str:
-    if state in ("new", "opening"):
-        return "this SqliteMemory is not open yet: use 'async with' or 'await open()'"
-    return "this SqliteMemory is closed"
+def _closed_state(state: str) -> str:
+    return "not open" if state in ("new", "opening") else "closed"

@@ -44,6 +44,10 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         ) STRICT, WITHOUT ROWID
         """,
     ),
+    # 1 -> 2: ids are unique across the store and found without a scan, so
+    # `restore` can tell a fact it already holds from a different one with
+    # the same id, whichever key holds it.
+    ("CREATE UNIQUE INDEX psych_memory_fact_id ON psych_memory_fact (id)",),
 )
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)
@@ -52,7 +56,8 @@ SCHEMA_VERSION: Final = len(MIGRATIONS)
 _HEADER: Final = (
     "SELECT (SELECT application_id FROM pragma_application_id),"
     " (SELECT user_version FROM pragma_user_version),"
-    " (SELECT count(*) FROM sqlite_schema)"
+    " (SELECT count(*) FROM sqlite_schema),"
+    " (SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = 'psych_memory_fact')"
 )
 
 
@@ -60,20 +65,25 @@ def check_schema(conn: sqlite3.Connection, name: str) -> int:
     """Check, without writing, that the file can hold memory; return its version.
 
     Raises:
-        DatabaseFileError: The file holds another application's data.
+        DatabaseFileError: The file holds another application's data, or is
+            marked as a memory file but lacks its table.
         SchemaVersionError: The file has a newer schema than `SCHEMA_VERSION`.
     """
-    # One statement, so all three come from one snapshot: read separately,
+    # One statement, so all four come from one snapshot: read separately,
     # another process could lay out the file in between.
-    application_id, version, objects = conn.execute(_HEADER).fetchone()
+    application_id, version, objects, tables = conn.execute(_HEADER).fetchone()
     if application_id == APPLICATION_ID:
         if version > SCHEMA_VERSION:
-            raise SchemaVersionError(
-                f"{name} has memory schema version {version}, but this version of "
-                f"psych-memory-sqlite knows versions up to {SCHEMA_VERSION}; "
-                "upgrade psych-memory-sqlite to open it",
-                found=version,
-                supported=SCHEMA_VERSION,
+            raise SchemaVersionError(name, int(version), SCHEMA_VERSION)
+        if version >= 1 and not tables:
+            raise DatabaseFileError(
+                f"{name} is marked as a Psych memory file, but its table is missing: "
+                "the file is damaged; refusing to use it (restore it from a backup)"
+            )
+        if version == 0 and objects:
+            raise DatabaseFileError(
+                f"{name} is marked as a Psych memory file without a schema version, "
+                "but it is not empty: the file is damaged; refusing to use it"
             )
         return int(version)
     if application_id == 0 and version == 0 and objects == 0:
