@@ -30,13 +30,14 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import secrets
 import statistics
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from time import perf_counter
 from typing import Any
-from uuid import UUID, uuid4
+from uuid import uuid4
 
 import anyio
 import anyio.to_thread
@@ -115,10 +116,11 @@ def fill(schema: str, first_user: int, users: int, per_user: int, tag: str) -> l
     table = sql.Identifier(schema, "memories")
     rows = admin(
         sql.SQL(
-            "INSERT INTO {} (tenant, end_user_id, content)"
-            " SELECT 'bench', %s || u, 'a fact of about forty characters, say ' || f"
+            "INSERT INTO {} (id, tenant, end_user_id, content)"
+            " SELECT replace(gen_random_uuid()::text, '-', ''), 'bench', %s || u,"
+            " 'a fact of about forty characters, say ' || f"
             " FROM generate_series(%s::int, %s::int) AS u, generate_series(1, %s) AS f"
-            " ORDER BY u, f RETURNING id::text"
+            " ORDER BY u, f RETURNING id"
         ).format(table),
         (tag, first_user, first_user + users - 1, per_user),
     )
@@ -145,11 +147,12 @@ def workload(
 ) -> list[Call]:
     """``count`` calls of one operation, on data prepared for them alone."""
     # Arguments of each call as the adapter takes them, and as the raw
-    # statement does (the statement binds a UUID where the adapter parses).
+    # statement does (the raw insert binds an id chosen beforehand, as the
+    # adapter chooses one before its insert).
     args: list[tuple[Any, ...]]
     if operation == "remember":
         args = [("bench", f"{tag}w{n % 64}", f"fact {n}") for n in range(count)]
-        raw_args = args
+        raw_args = [(secrets.token_hex(16), *call) for call in args]
     elif operation == "recall":
         fill(schema, 0, 64, FACTS_PER_USER, f"{tag}r")
         args = [("bench", f"{tag}r{n % 64}") for n in range(count)]
@@ -157,7 +160,7 @@ def workload(
     elif operation == "forget":
         ids = fill(schema, 0, count, 1, f"{tag}f")
         args = [("bench", f"{tag}f{n}", memory_id) for n, memory_id in enumerate(ids)]
-        raw_args = [(t, u, UUID(i)) for t, u, i in args]
+        raw_args = args
     else:
         fill(schema, 0, count, 3, f"{tag}e")
         args = [("bench", f"{tag}e{n}") for n in range(count)]

@@ -20,6 +20,7 @@ from psych_runtime.memory.postgres import (
     PostgresMemoryError,
     SchemaVersionError,
 )
+from psych_runtime.memory.postgres._schema import MIGRATIONS
 
 if TYPE_CHECKING:
     from conftest import Backdoor
@@ -138,7 +139,7 @@ async def test_an_older_schema_asks_for_setup(
 
 async def test_missing_tables_ask_for_setup(postgres_dsn: str, schema: str) -> None:
     async with PostgresMemory.connect(postgres_dsn, schema=schema) as store:
-        with pytest.raises(SchemaVersionError, match=r"no memory tables yet") as caught:
+        with pytest.raises(SchemaVersionError, match=r"has no memory tables") as caught:
             await store.remember("acme", "u1", "nowhere to go")
         assert caught.value.found is None
 
@@ -150,14 +151,14 @@ async def test_an_empty_version_table_asks_for_setup(
         await store.setup()
     await backdoor.query(sql.SQL("DELETE FROM {}").format(sql.Identifier(schema, "schema_version")))
     async with PostgresMemory.connect(postgres_dsn, schema=schema) as store:
-        with pytest.raises(SchemaVersionError, match="no memory tables yet"):
+        with pytest.raises(SchemaVersionError, match="has no memory tables"):
             await store.erase("acme", "u1")
 
 
 def test_schema_version_error_pickles_and_names_no_value() -> None:
-    error = SchemaVersionError("psych_memory", 7, 1)
+    error = SchemaVersionError("psych_memory", 7, 2)
     again = pickle.loads(pickle.dumps(error))
-    assert (again.schema, again.found, again.expected) == ("psych_memory", 7, 1)
+    assert (again.schema, again.found, again.expected) == ("psych_memory", 7, 2)
     assert str(again) == str(error)
     assert isinstance(again, PostgresMemoryError)
 
@@ -181,3 +182,91 @@ async def test_a_database_not_in_utf8_is_refused(postgres_dsn: str) -> None:
                 await store.setup()
     finally:
         await anyio.to_thread.run_sync(admin, "DROP DATABASE {} WITH (FORCE)")
+
+
+async def _build_version_1(backdoor: Backdoor) -> None:
+    # Exactly what setup() wrote before version 2 existed.
+    names = {
+        "schema": sql.Identifier(backdoor.schema),
+        "memories": sql.Identifier(backdoor.schema, "memories"),
+        "versions": sql.Identifier(backdoor.schema, "schema_version"),
+    }
+    await backdoor.query(sql.SQL("CREATE SCHEMA {schema}").format(**names))
+    await backdoor.query(
+        sql.SQL(
+            "CREATE TABLE {versions} (one boolean PRIMARY KEY DEFAULT true CHECK (one),"
+            " version integer NOT NULL)"
+        ).format(**names)
+    )
+    for statement in MIGRATIONS[0]:
+        await backdoor.query(statement.format(**names))
+    await backdoor.query(sql.SQL("INSERT INTO {versions} (version) VALUES (1)").format(**names))
+
+
+async def test_setup_upgrades_version_1_in_place_and_keeps_every_fact(
+    postgres_dsn: str, schema: str, backdoor: Backdoor
+) -> None:
+    await _build_version_1(backdoor)
+    rows = await backdoor.query(
+        sql.SQL(
+            "INSERT INTO {} (tenant, end_user_id, content)"
+            " SELECT 'acme', 'u1', 'fact ' || n FROM generate_series(1, 5) AS n"
+            " RETURNING id::text, created_at"
+        ).format(backdoor.table)
+    )
+    old_ids = [row[0] for row in rows]
+    async with PostgresMemory.connect(postgres_dsn, schema=schema) as store:
+        with pytest.raises(SchemaVersionError, match=r"older .*call setup\(\)") as caught:
+            await store.recall("acme", "u1")
+        assert caught.value.found == 1
+        await store.setup()
+        assert await _recorded_version(backdoor) == [2]
+        recalled = await store.recall("acme", "u1")
+        assert [m.id for m in recalled] == old_ids
+        assert [m.content for m in recalled] == [f"fact {n}" for n in range(1, 6)]
+        assert [m.created_at for m in recalled] == [row[1] for row in rows]
+        # Old ids still name their facts; new ones are 32 hex digits.
+        assert await store.forget("acme", "u1", old_ids[0]) is True
+        fact = await store.remember("acme", "u1", "after the upgrade")
+        assert len(fact.id) == 32
+        assert [m.id for m in await store.recall("acme", "u1")] == [*old_ids[1:], fact.id]
+    column = await backdoor.query(
+        sql.SQL(
+            "SELECT data_type, collation_name, column_default FROM information_schema.columns"
+            " WHERE table_schema = %s AND table_name = 'memories' AND column_name = 'id'"
+        ),
+        (schema,),
+    )
+    assert column == [("text", "C", None)]
+    constraints = await backdoor.query(
+        sql.SQL(
+            "SELECT conname FROM pg_constraint WHERE conrelid = %s::regclass AND contype = 'u'"
+        ),
+        (sql.Identifier(schema, "memories").as_string(None),),
+    )
+    assert constraints == [("memories_tenant_id",)]
+
+
+async def test_setup_writes_nothing_when_the_schema_is_current(
+    postgres_dsn: str, schema: str, backdoor: Backdoor
+) -> None:
+    async with PostgresMemory.connect(postgres_dsn, schema=schema) as store:
+        await store.setup()
+    # A setup that wrote would touch the version row; a current one must not.
+    before = await backdoor.query(
+        sql.SQL("SELECT xmin::text FROM {}").format(sql.Identifier(schema, "schema_version"))
+    )
+    async with PostgresMemory.connect(postgres_dsn, schema=schema) as store:
+        await store.setup()
+        await store.setup()
+    after = await backdoor.query(
+        sql.SQL("SELECT xmin::text FROM {}").format(sql.Identifier(schema, "schema_version"))
+    )
+    assert after == before
+
+
+def test_migrations_only_grow() -> None:
+    # Version 1 as released: never edited, only followed.
+    assert len(MIGRATIONS) == SCHEMA_VERSION == 2
+    first = MIGRATIONS[0][0].as_string(None)
+    assert "id          uuid NOT NULL DEFAULT gen_random_uuid()" in first

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC
 from typing import TYPE_CHECKING, Any
 from uuid import UUID, uuid4
@@ -38,7 +39,7 @@ _content = st.text(
 ).filter(lambda text: not text.isspace())
 
 
-async def test_ids_are_canonical_uuids_unique_across_keys(store: PostgresMemory) -> None:
+async def test_ids_are_128_random_bits_in_hex_unique_across_keys(store: PostgresMemory) -> None:
     facts = [
         await store.remember(tenant, user, "same words")
         for tenant in ("acme", "globex")
@@ -48,7 +49,7 @@ async def test_ids_are_canonical_uuids_unique_across_keys(store: PostgresMemory)
     ids = [fact.id for fact in facts]
     assert len(set(ids)) == len(ids)
     for memory_id in ids:
-        assert str(UUID(memory_id)) == memory_id
+        assert re.fullmatch("[0-9a-f]{32}", memory_id), "not 32 lowercase hex digits"
 
 
 async def test_order_is_insertion_order_even_with_equal_timestamps(
@@ -93,8 +94,15 @@ async def test_forget_of_a_foreign_id_deletes_nothing(
 
 @pytest.mark.parametrize(
     "spelling",
-    [str.upper, lambda i: "{" + i + "}", lambda i: "urn:uuid:" + i, lambda i: i.replace("-", "")],
-    ids=["upper", "braces", "urn", "hex"],
+    [
+        str.upper,
+        lambda i: "{" + i + "}",
+        lambda i: "urn:uuid:" + i,
+        lambda i: str(UUID(i)),
+        lambda i: i + " ",
+        lambda i: i[:-1],
+    ],
+    ids=["upper", "braces", "urn", "dashed", "space", "shorter"],
 )
 async def test_only_the_exact_id_spelling_forgets(
     store: PostgresMemory, backdoor: Backdoor, spelling: Any
@@ -236,8 +244,9 @@ async def test_per_user_statements_walk_the_key_index(
     # the plan must then use the index and need no sort.
     await backdoor.query(
         sql.SQL(
-            "INSERT INTO {} (tenant, end_user_id, content)"
-            " SELECT 'acme', 'user-' || (n %% 2000), 'fact' FROM generate_series(1, 20000) AS n"
+            "INSERT INTO {} (id, tenant, end_user_id, content)"
+            " SELECT md5(n::text), 'acme', 'user-' || (n %% 2000), 'fact'"
+            " FROM generate_series(1, 20000) AS n"
         ).format(backdoor.table)
     )
     await backdoor.query(sql.SQL("ANALYZE {}").format(backdoor.table))
@@ -261,7 +270,7 @@ async def test_per_user_statements_walk_the_key_index(
     assert "memories_key_seq" in erase
     forget = await plan(
         "DELETE FROM {} WHERE tenant = %s AND end_user_id = %s AND id = %s",
-        ("acme", "user-7", UUID(fact.id)),
+        ("acme", "user-7", fact.id),
     )
     assert "memories_tenant_id" in forget
     assert "Seq Scan" not in recall + erase + forget
@@ -293,7 +302,7 @@ def test_schema_names_are_checked(schema: Any, error: type, rule: str) -> None:
 def test_repr_names_the_schema_and_never_the_address() -> None:
     pool = ConnectionPool("postgresql://app:secret@db.internal/app", open=False)
     text = repr(PostgresMemory(pool, schema='Odd "Name"'))
-    assert text == "PostgresMemory(schema='Odd \"Name\"')"
+    assert text == "PostgresMemory(schema='Odd \"Name\"', open)"
     assert "secret" not in text
 
 

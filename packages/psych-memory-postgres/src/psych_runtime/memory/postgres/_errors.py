@@ -1,46 +1,55 @@
-"""Errors of the PostgreSQL adapter, beside the port's input errors.
+"""Errors of the PostgreSQL adapter, as subclasses of the port's store failures.
 
 ::
 
-    Exception
-     └── PostgresMemoryError         anything this adapter raises of its own
-          ├── SchemaVersionError     the tables are missing, older or newer
-          └── StoreUnavailableError  the server could not complete the call
+    MemoryStoreError (port)
+     ├── PostgresMemoryError            anything this adapter raises of its own
+     │    ├── SchemaVersionError        also the port's SchemaVersionError
+     │    └── StoreUnavailableError     also the port's StoreUnavailableError
+     └── StoreClosedError (port)        raised as it is
 
-Invalid input still raises the port's errors (`TypeError` and the
-``InvalidInputError`` family) before the adapter talks to the server. No
-message here repeats a key or the content of a fact.
+Code written against the port catches these as the port's classes; code
+that knows this adapter may catch the subclasses. Invalid input still raises
+the port's errors (`TypeError` and the ``InvalidInputError`` family) before
+the adapter talks to the server. No message here repeats a key, the content
+of a fact, a password or the server's own text (which can quote values): the
+psycopg error is kept as ``__cause__`` for whoever needs it.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+from psych_runtime.memory import port
+
 __all__ = ["PostgresMemoryError", "SchemaVersionError", "StoreUnavailableError"]
 
 
-class PostgresMemoryError(Exception):
+class PostgresMemoryError(port.MemoryStoreError):
     """Base class of the errors raised by the PostgreSQL adapter itself."""
 
 
-class SchemaVersionError(PostgresMemoryError):
+class SchemaVersionError(port.SchemaVersionError, PostgresMemoryError):
     """The database does not hold the schema this code was written for.
 
     Raised by `PostgresMemory.setup` when the schema recorded in the database
-    is newer than this code, and by the first operation of a store when its
-    tables are missing, older (run ``setup()``) or newer (upgrade the code).
+    is newer than this code, and by an operation when the tables are missing
+    (never set up, or dropped under a running store), older (run ``setup()``)
+    or newer (upgrade the code). Nothing was changed.
 
     Attributes:
         schema: The PostgreSQL schema the store was given.
+        where: ``"PostgreSQL schema '<schema>'"``, as the port names places.
         found: The version recorded in the database, ``None`` if there is none.
         expected: The version this code reads and writes.
     """
 
     schema: str
-    found: int | None
-    expected: int
 
     def __init__(self, schema: str, found: int | None, expected: int) -> None:
+        super().__init__(f"PostgreSQL schema {schema!r}", found, expected)
         if found is None:
-            advice = "has no memory tables yet: call setup() first"
+            advice = "has no memory tables: call setup() first"
         elif found > expected:
             advice = (
                 f"is at schema version {found}, newer than the {expected} this code "
@@ -48,40 +57,26 @@ class SchemaVersionError(PostgresMemoryError):
             )
         else:
             advice = f"is at schema version {found}, older than {expected}: call setup()"
-        super().__init__(f"schema {schema!r} {advice}")
+        # The port's message is generic; this one says which call fixes it.
+        self.args = (f"{self.where} {advice}",)
         self.schema = schema
-        self.found = found
-        self.expected = expected
 
-    def __reduce__(self) -> tuple[type[SchemaVersionError], tuple[str, int | None, int]]:
+    def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.schema, self.found, self.expected))
 
 
-class StoreUnavailableError(PostgresMemoryError):
-    """The server could not complete the call: it is down, or the connection broke.
+class StoreUnavailableError(port.StoreUnavailableError, PostgresMemoryError):
+    """The server could not complete the call in time, or the connection broke.
 
-    Every operation is a single statement, so an interrupted call left nothing
-    half-written: a ``forget``, ``recall`` or ``erase`` either happened whole
-    or not at all, and so did a ``remember``, though the caller cannot tell
-    which (``recall`` can). The next call uses a healthy connection and
-    succeeds once the server answers again. The psycopg error is chained as
-    ``__cause__``.
+    ``may_have_taken_effect`` is ``False`` when PostgreSQL guarantees that the
+    statement was rolled back (a timeout, a lock not granted, an error the
+    server reported on a working connection) or that it never ran (no
+    connection in time); ``True`` only when the connection broke after the
+    statement was sent, so its outcome is unknown. The psycopg error is
+    chained as ``__cause__``.
 
     Attributes:
         operation: The method that failed, such as ``"remember"``.
         reason: What went wrong, in words, without any value.
+        may_have_taken_effect: Whether the call may have changed the store.
     """
-
-    operation: str
-    reason: str
-
-    def __init__(self, operation: str, reason: str) -> None:
-        super().__init__(
-            f"{operation} did not complete: {reason}; nothing was half-written, "
-            "and the next call can succeed once the server answers"
-        )
-        self.operation = operation
-        self.reason = reason
-
-    def __reduce__(self) -> tuple[type[StoreUnavailableError], tuple[str, str]]:
-        return (type(self), (self.operation, self.reason))

@@ -4,12 +4,14 @@ Everything lives in one PostgreSQL schema chosen by the application:
 
 ``memories``
     One row per fact. ``seq`` is an insertion sequence (an identity column)
-    and gives the oldest-first order; ``id`` is a random UUID, the id the
-    port hands out. The primary key ``(tenant, end_user_id, seq)`` is the
-    index every per-user statement walks, so their cost does not grow with
-    the table. The unique index ``(tenant, id)`` finds the fact ``forget``
-    names; it includes the tenant so that the table can be distributed by
-    tenant (Citus) unchanged.
+    and gives the oldest-first order; ``id`` is the id the port hands out:
+    32 random hexadecimal digits chosen by the client before the insert
+    (so a broken insert can be replayed without a duplicate), or the id a
+    restored fact had in the store it came from. The primary key
+    ``(tenant, end_user_id, seq)`` is the index every per-user statement
+    walks, so their cost does not grow with the table. The unique index
+    ``(tenant, id)`` finds the fact ``forget`` names; it includes the tenant
+    so that the table can be distributed by tenant (Citus) unchanged.
 ``schema_version``
     One row: the version of this layout that the schema holds.
 
@@ -37,7 +39,7 @@ __all__ = [
     "validate_schema_name",
 ]
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
 """The version of the table layout this code reads and writes."""
 
 DEFAULT_SCHEMA: Final = "psych_memory"
@@ -105,6 +107,19 @@ MIGRATIONS: Final[tuple[tuple[sql.SQL, ...], ...]] = (
             """
         ),
     ),
+    # Version 2: ids are text, so facts restored from any store keep theirs
+    # (32 hexadecimal digits, or any id `validate_restored_id` accepts). The
+    # unique constraint is rebuilt on the new type; old ids keep their UUID
+    # spelling, which is also a restorable id.
+    (
+        sql.SQL(
+            """
+            ALTER TABLE {memories}
+                ALTER COLUMN id DROP DEFAULT,
+                ALTER COLUMN id TYPE text COLLATE "C" USING id::text
+            """
+        ),
+    ),
 )
 
 
@@ -118,9 +133,15 @@ class Statements:
     """
 
     remember: bytes
+    restore: bytes
+    fact: bytes
     forget: bytes
     recall: bytes
     erase: bytes
+    tenants: bytes
+    end_users: bytes
+    has_versions: bytes
+    versions_table: str
     version: bytes
 
     @classmethod
@@ -135,9 +156,21 @@ class Statements:
             return sql.SQL(text).format(**names).as_bytes(None)
 
         return cls(
+            # The id is chosen before the statement runs: replayed after a
+            # broken connection, the insert finds its own row and adds none.
             remember=render(
-                "INSERT INTO {memories} (tenant, end_user_id, content)"
-                " VALUES (%s, %s, %s) RETURNING id::text, created_at"
+                "INSERT INTO {memories} (id, tenant, end_user_id, content)"
+                " VALUES (%s, %s, %s, %s)"
+                " ON CONFLICT (tenant, id) DO NOTHING RETURNING created_at"
+            ),
+            restore=render(
+                "INSERT INTO {memories} (id, tenant, end_user_id, content, created_at)"
+                " VALUES (%s, %s, %s, %s, %s)"
+                " ON CONFLICT (tenant, id) DO NOTHING RETURNING created_at"
+            ),
+            fact=render(
+                "SELECT end_user_id, content, created_at FROM {memories}"
+                " WHERE tenant = %s AND id = %s"
             ),
             # The key is part of the condition, so an id of another end user
             # or tenant matches no row: the refusal is the WHERE clause.
@@ -145,24 +178,32 @@ class Statements:
                 "DELETE FROM {memories} WHERE tenant = %s AND end_user_id = %s AND id = %s"
             ),
             recall=render(
-                "SELECT id::text, content, created_at FROM {memories}"
+                "SELECT id, content, created_at FROM {memories}"
                 " WHERE tenant = %s AND end_user_id = %s ORDER BY seq LIMIT %s::bigint"
             ),
             erase=render("DELETE FROM {memories} WHERE tenant = %s AND end_user_id = %s"),
+            # The "C" collation sorts UTF-8 bytes, which is code point order.
+            tenants=render("SELECT DISTINCT tenant FROM {memories} ORDER BY tenant"),
+            end_users=render(
+                "SELECT DISTINCT end_user_id FROM {memories} WHERE tenant = %s ORDER BY end_user_id"
+            ),
+            has_versions=b"SELECT to_regclass(%s) IS NOT NULL",
+            versions_table=names["versions"].as_string(None),
             version=render("SELECT version FROM {versions}"),
         )
 
 
-Step: TypeAlias = tuple[sql.Composable, tuple[object, ...]]
+Step: TypeAlias = tuple[sql.SQL | sql.Composed, tuple[object, ...]]
 """One statement of `setup_steps` and its parameters."""
 
 
-def setup_steps(schema: str) -> Generator[Step, list[tuple[Any, ...]], None]:
+def setup_steps(schema: str) -> Generator[Step, tuple[list[tuple[Any, ...]], int], None]:
     """The statements that create or upgrade ``schema``, as a conversation.
 
     The generator yields each statement with its parameters and is sent back
-    the rows it returned; the caller runs them all in one transaction. Written
-    once, it is driven by both the synchronous and the asynchronous driver.
+    the rows it returned and its row count; the caller runs them all in one
+    transaction. Written once, it is driven by both the synchronous and the
+    asynchronous driver.
 
     Raises:
         SchemaVersionError: ``schema`` is at a newer version than this code.
@@ -175,11 +216,16 @@ def setup_steps(schema: str) -> Generator[Step, list[tuple[Any, ...]], None]:
     }
     # Several processes may set up at once: the lock makes them take turns,
     # so each sees either nothing or the finished schema.
+    # A migration rewrites the table, which may take longer than any call
+    # should: the statement bound is lifted for this transaction only. The
+    # lock bound stays, so setup never queues behind a long transaction
+    # while every call on the table queues behind it.
+    yield (sql.SQL("SELECT set_config('statement_timeout', '0', true)"), ())
     yield (
         sql.SQL("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))"),
         (f"psych-memory:{schema}",),
     )
-    rows = yield (sql.SQL("SELECT current_setting('server_encoding')"), ())
+    rows, _ = yield (sql.SQL("SELECT current_setting('server_encoding')"), ())
     encoding = rows[0][0]
     if isinstance(encoding, bytes):
         # A SQL_ASCII database hands text back undecoded.
@@ -191,7 +237,7 @@ def setup_steps(schema: str) -> Generator[Step, list[tuple[Any, ...]], None]:
         )
     # CREATE SCHEMA IF NOT EXISTS would still need the right to create
     # schemas, which a role given a prepared schema may lack.
-    rows = yield (
+    rows, _ = yield (
         sql.SQL("SELECT 1 FROM pg_namespace WHERE nspname = %s"),
         (schema,),
     )
@@ -205,7 +251,7 @@ def setup_steps(schema: str) -> Generator[Step, list[tuple[Any, ...]], None]:
         ).format(**names),
         (),
     )
-    rows = yield (sql.SQL("SELECT version FROM {versions}").format(**names), ())
+    rows, _ = yield (sql.SQL("SELECT version FROM {versions}").format(**names), ())
     current = int(rows[0][0]) if rows else 0
     if current > SCHEMA_VERSION:
         raise SchemaVersionError(schema, current, SCHEMA_VERSION)

@@ -2,33 +2,34 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Awaitable, Iterator, Sequence
-from contextlib import asynccontextmanager, contextmanager
-from datetime import UTC, datetime
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import datetime
 from functools import partial
-from typing import Any, Final, TypeAlias, TypeVar
-from uuid import UUID
+from typing import Any, Final, Self, TypeVar
 
 import anyio.to_thread
 import psycopg
-from psycopg import AsyncConnection, Connection
-from psycopg.pq import ConnStatus
-from psycopg.pq.abc import PGconn
+from psycopg import Connection
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from psych_runtime.memory.port import (
+    InvalidInputError,
     Memory,
-    MemoryKey,
     MemoryStore,
     Scope,
+    StoreClosedError,
     memory_key,
     validate_content,
+    validate_key_part,
     validate_limit,
     validate_memory_id,
+    validate_restored_id,
 )
 
+from . import _conversations as talk
 from ._errors import SchemaVersionError, StoreUnavailableError
+from ._runner import Call, Conversation, Pool, Runner
 from ._schema import (
     DEFAULT_SCHEMA,
     SCHEMA_VERSION,
@@ -37,16 +38,29 @@ from ._schema import (
     validate_schema_name,
 )
 
-__all__ = ["Pool", "PostgresMemory"]
+__all__ = [
+    "DEFAULT_LOCK_TIMEOUT",
+    "DEFAULT_POOL_TIMEOUT",
+    "DEFAULT_STATEMENT_TIMEOUT",
+    "Pool",
+    "PostgresMemory",
+]
 
-Pool: TypeAlias = "AsyncConnectionPool[Any] | ConnectionPool[Any]"
-"""A psycopg pool: asynchronous (asyncio only) or synchronous (any backend)."""
-
-_Rows: TypeAlias = list[tuple[Any, ...]]
 _T = TypeVar("_T")
+
+DEFAULT_STATEMENT_TIMEOUT: Final = 5.0
+"""Seconds one statement of a call may run before the server cancels it."""
+
+DEFAULT_LOCK_TIMEOUT: Final = 2.0
+"""Seconds one statement may wait for a lock before the server gives up."""
+
+DEFAULT_POOL_TIMEOUT: Final = 30.0
+"""Seconds `PostgresMemory.connect` waits for a free connection."""
 
 # LIMIT takes a bigint; a larger limit means "all of them" anyway.
 _MAX_LIMIT: Final = 2**63 - 1
+
+_MISSING: Final = object()
 
 
 class PostgresMemory(MemoryStore):
@@ -54,20 +68,39 @@ class PostgresMemory(MemoryStore):
 
     Build it around a psycopg pool the application owns
     (``PostgresMemory(pool)``), or let it open and close a pool of its own
-    with `PostgresMemory.connect`. Call `setup` once per deployment (it is
-    idempotent) to create or upgrade the tables in ``schema``.
+    with `PostgresMemory.connect` (or `open_url`). Call `setup` once per
+    deployment (it writes nothing when the schema is current) to create or
+    upgrade the tables in ``schema``.
 
-    Each operation is exactly one SQL statement, so it is atomic and no other
-    connection ever sees part of it. Order comes from an insertion sequence,
-    ids are random UUIDs, and ``forget`` and ``erase`` are plain ``DELETE``
-    statements whose condition includes the key. The first operation of a
-    store checks that the schema is at the version this code knows.
+    Each operation is one SQL statement (``remember`` adds a second one only
+    when it replays), so it is atomic and no other connection ever sees part
+    of it. Order comes from an insertion sequence, ids are 128 random bits
+    chosen before the insert, and ``forget`` and ``erase`` are plain
+    ``DELETE`` statements whose condition includes the key. The first
+    operation of a store checks that the schema is at the version this code
+    knows.
 
-    Before a statement runs on a pooled connection, whatever the server sent
-    that connection while it sat idle is read, at no round trip. A connection
-    the server closed meanwhile (a restart, ``pg_terminate_backend``) is
-    thereby found broken and replaced, instead of failing a call it was not
-    part of.
+    Failures are the port's: `StoreUnavailableError` (with a truthful
+    ``may_have_taken_effect``), `SchemaVersionError`, ``StoreClosedError``,
+    and `PostgresMemoryError` for a statement the server refused. A psycopg
+    exception never escapes bare; it is the ``__cause__``.
+
+    Time bounds: every connection the store uses gets ``statement_timeout``
+    and ``lock_timeout`` (session settings, set before its first statement
+    of this store); waiting for a connection is bounded by the pool's own
+    timeout. A call exceeding a bound raises `StoreUnavailableError` with
+    ``may_have_taken_effect=False``: PostgreSQL rolled the statement back.
+
+    Connection faults: a connection the server closed while idle in the pool
+    is replaced before use. A call whose connection breaks in flight is
+    replayed on a fresh connection when the replay cannot change its answer
+    (``remember``, ``recall``, the capabilities); ``forget`` and ``erase``
+    then raise `StoreUnavailableError` with ``may_have_taken_effect=True``.
+
+    Cancellation: a call that was cancelled after its statement was sent
+    finishes that statement first (bounded by the timeouts), so its effect
+    is decided before the cancellation reaches the caller; a call cancelled
+    while waiting for a connection ends at once and changes nothing.
 
     How the statements run depends on the pool:
 
@@ -79,22 +112,38 @@ class PostgresMemory(MemoryStore):
       a store raises `RuntimeError`; and like the pool, the store then
       belongs to the event loop that opened the pool.
 
+    The store is open from construction. ``async with store:`` and `aclose`
+    close it (calls then raise ``StoreClosedError``) but never close a pool
+    the application passed in.
+
     Args:
-        pool: The pool the statements run on. The store never opens or closes
-            it. Connections in autocommit mode save two round trips per call
-            (``kwargs={"autocommit": True}``); otherwise each statement is
-            committed on its own.
+        pool: The pool the statements run on. Connections in autocommit mode
+            save two round trips per call (``kwargs={"autocommit": True}``);
+            otherwise each call is committed on its own.
         schema: The PostgreSQL schema holding the tables. Stores with
             different schemas are fully separate.
+        statement_timeout: Seconds one statement may run; ``None`` leaves
+            the connections' own setting.
+        lock_timeout: Seconds one statement may wait for a lock; ``None``
+            leaves the connections' own setting.
 
     Raises:
-        TypeError: ``pool`` is not a psycopg pool, or ``schema`` not a `str`.
-        ValueError: ``schema`` is not a usable schema name.
+        TypeError: ``pool`` is not a psycopg pool, or ``schema`` not a `str`,
+            or a timeout not a number.
+        ValueError: ``schema`` is not a usable schema name, or a timeout is
+            not positive.
     """
 
-    __slots__ = ("_pool", "_schema", "_sql", "_verified")
+    __slots__ = ("_closed", "_pool", "_runner", "_schema", "_sql", "_verified")
 
-    def __init__(self, pool: Pool, *, schema: str = DEFAULT_SCHEMA) -> None:
+    def __init__(
+        self,
+        pool: Pool,
+        *,
+        schema: str = DEFAULT_SCHEMA,
+        statement_timeout: float | None = DEFAULT_STATEMENT_TIMEOUT,
+        lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT,
+    ) -> None:
         if not isinstance(pool, AsyncConnectionPool | ConnectionPool):
             raise TypeError(
                 "pool must be a psycopg_pool.AsyncConnectionPool or ConnectionPool, "
@@ -103,22 +152,32 @@ class PostgresMemory(MemoryStore):
         self._schema = validate_schema_name(schema)
         self._pool: Pool = pool
         self._sql = Statements.for_schema(self._schema)
-        # Set once the recorded schema version was found current. A plain
-        # flag is enough: two tasks checking at once is harmless.
+        self._runner = Runner(
+            pool,
+            schema=self._schema,
+            statement_timeout=_seconds(statement_timeout, "statement_timeout"),
+            lock_timeout=_seconds(lock_timeout, "lock_timeout"),
+        )
+        # Set once the recorded schema version was found current, cleared
+        # when the tables turn out missing. A plain flag is enough: two
+        # tasks checking at once is harmless.
         self._verified = False
+        self._closed = False
 
     @classmethod
     @asynccontextmanager
-    async def connect(
+    async def connect(  # noqa: PLR0913 - every pool setting is a keyword of its own
         cls,
         conninfo: str,
         *,
         schema: str = DEFAULT_SCHEMA,
         min_size: int = 1,
         max_size: int = 10,
-        pool_timeout: float = 30.0,
+        pool_timeout: float = DEFAULT_POOL_TIMEOUT,
+        statement_timeout: float | None = DEFAULT_STATEMENT_TIMEOUT,
+        lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT,
     ) -> AsyncIterator[PostgresMemory]:
-        """Open a store with a pool of its own, and close the pool on exit.
+        """Open a store with a pool of its own; close both on exit.
 
         The pool is psycopg's synchronous pool, its connections in autocommit
         mode with the session time zone set to UTC, driven from worker
@@ -129,6 +188,9 @@ class PostgresMemory(MemoryStore):
         back passes a `psycopg_pool.AsyncConnectionPool` to the constructor
         instead.
 
+        After the block the store is closed: its calls raise
+        ``StoreClosedError``.
+
         Args:
             conninfo: A libpq connection string or URI, such as
                 ``"postgresql://app@db.internal/app"``.
@@ -137,13 +199,16 @@ class PostgresMemory(MemoryStore):
             max_size: The most connections open at once.
             pool_timeout: Seconds to wait for the first connections, and for a
                 free connection in each call, before failing.
+            statement_timeout: Seconds one statement may run.
+            lock_timeout: Seconds one statement may wait for a lock.
 
         Yields:
             The store. Run `setup` once per schema before using it.
 
         Raises:
             TypeError: ``schema`` is not a `str`.
-            ValueError: ``schema`` is not a usable schema name.
+            ValueError: ``schema`` is not a usable schema name, or a bound
+                is not positive.
             StoreUnavailableError: No connection could be opened in time.
         """
         schema = validate_schema_name(schema)
@@ -158,11 +223,20 @@ class PostgresMemory(MemoryStore):
         }
         pool = ConnectionPool(conninfo, **options)
         try:
-            await _translate(
-                "connect",
-                anyio.to_thread.run_sync(partial(pool.open, wait=True, timeout=pool_timeout)),
+            store = cls(
+                pool, schema=schema, statement_timeout=statement_timeout, lock_timeout=lock_timeout
             )
-            yield cls(pool, schema=schema)
+            try:
+                await anyio.to_thread.run_sync(partial(pool.open, wait=True, timeout=pool_timeout))
+            except psycopg.Error as exc:
+                raise StoreUnavailableError(
+                    "connect",
+                    "no connection to the PostgreSQL server could be opened in time "
+                    f"({type(exc).__name__})",
+                    may_have_taken_effect=False,
+                ) from exc
+            async with store:
+                yield store
         finally:
             await anyio.to_thread.run_sync(pool.close)
 
@@ -176,107 +250,160 @@ class PostgresMemory(MemoryStore):
         """The psycopg pool the store runs its statements on."""
         return self._pool
 
+    @property
+    def closed(self) -> bool:
+        """Whether `aclose` was called (or the ``async with`` block exited)."""
+        return self._closed
+
     def __repr__(self) -> str:
         # The pool's connection string may hold a password: never shown.
-        return f"PostgresMemory(schema={self._schema!r})"
+        state = "closed" if self._closed else "open"
+        return f"PostgresMemory(schema={self._schema!r}, {state})"
+
+    async def __aenter__(self) -> Self:
+        """Return the store, which is open from construction.
+
+        Raises:
+            StoreClosedError: The store was closed already.
+        """
+        self._check_open("open")
+        return self
+
+    async def aclose(self) -> None:
+        """Close the store; a pool the application passed in stays open.
+
+        Closing again does nothing. Calls that already started finish.
+        """
+        self._closed = True
 
     async def setup(self) -> None:
-        """Create or upgrade this store's tables; safe to call any number of times.
+        """Create or upgrade this store's tables; writes nothing when they are current.
 
-        Runs in one transaction under an advisory lock, so that several
-        processes starting at once take turns and none sees a half-built
-        schema. Creates the schema if it does not exist, applies every
-        migration the recorded version lacks, and records the new version.
+        First reads the recorded version: at the current version it returns
+        without writing, taking a lock or needing any privilege beyond
+        reading, so a read-only role can call it. Otherwise it runs in one
+        transaction under an advisory lock, so that several processes
+        starting at once take turns and none sees a half-built schema: it
+        creates the schema if it does not exist, applies every migration the
+        recorded version lacks (keeping every fact), and records the new
+        version. A migration is not bounded by ``statement_timeout`` (it may
+        rewrite the table); it still is by ``lock_timeout``.
 
         Raises:
             SchemaVersionError: The schema is at a newer version than this
                 code knows. Nothing was changed.
             PostgresMemoryError: The database does not store text as UTF-8,
-                so facts could not be kept exactly as given.
+                or the server refused a statement (a missing privilege, such
+                as creating the schema: see the documentation).
             StoreUnavailableError: The server could not complete the setup.
-            psycopg.Error: The role lacks a privilege the setup needs, such
-                as creating the schema (see the documentation).
+            StoreClosedError: The store was closed.
         """
-        pool = self._pool
-        if isinstance(pool, AsyncConnectionPool):
-            _require_asyncio()
-            await _translate("setup", _setup_async(pool, self._schema))
-        else:
-            await _translate(
-                "setup", anyio.to_thread.run_sync(partial(_setup_sync, pool, self._schema))
+        self._check_open("setup")
+        found = await self._runner.run(
+            Call("setup", partial(talk.schema_version, self._sql), replayable=True)
+        )
+        if found is None or found < SCHEMA_VERSION:
+            await self._runner.run(
+                Call(
+                    "setup",
+                    partial(_setup_conversation, self._schema),
+                    replayable=True,
+                    transaction=True,
+                )
             )
+        elif found > SCHEMA_VERSION:
+            raise SchemaVersionError(self._schema, found, SCHEMA_VERSION)
         self._verified = True
+
+    async def verify(self) -> None:
+        """Check that the schema is at this code's version, writing nothing.
+
+        For deployments where only a DBA may change the schema.
+
+        Raises:
+            SchemaVersionError: The tables are missing, older or newer.
+            StoreUnavailableError: The server could not be asked.
+            StoreClosedError: The store was closed.
+        """
+        self._check_open("verify")
+        await self._verify("verify")
 
     async def remember(self, scope: Scope, end_user_id: str, content: str) -> Memory:
         """Store a new fact with one ``INSERT``; see `MemoryStore.remember`.
 
-        If the connection breaks during the call, the fact was stored whole or
-        not at all; `recall` tells which.
+        The id is chosen before the statement runs. If the connection breaks
+        during the call, the insert is replayed on a fresh connection and
+        finds the row the first attempt stored, if any: the fact is stored
+        exactly once.
 
         Raises:
             TypeError: An argument has the wrong type.
             InvalidKeyError: The tenant or end-user id breaks a key rule.
             InvalidContentError: The content breaks a content rule.
-            SchemaVersionError: The first call of this store found the
-                schema missing, older or newer than this code.
+            SchemaVersionError: The schema is missing, older or newer than
+                this code.
             StoreUnavailableError: The server could not complete the call;
-                nothing was half-written.
+                ``may_have_taken_effect`` is ``True`` only when every
+                attempt broke and the first may have committed.
+            StoreClosedError: The store was closed.
         """
         key = memory_key(scope, end_user_id)
         content = validate_content(content)
-        rows, _ = await self._run(
-            "remember", self._sql.remember, (key.tenant, key.end_user_id, content)
+        memory_id = talk.new_id()
+        return await self._run(
+            "remember", partial(talk.remember, self._sql, key, content, memory_id), replayable=True
         )
-        memory_id, created_at = rows[0]
-        return Memory(memory_id, key, content, _utc(created_at))
 
     async def forget(self, scope: Scope, end_user_id: str, memory_id: str) -> bool:
         """Delete one fact with one ``DELETE`` keyed on it; see `MemoryStore.forget`.
 
-        An id that is not this store's exact spelling of a UUID answers
+        An id no store could hand out (see `validate_restored_id`) answers
         ``False`` without a statement.
 
         Raises:
             TypeError: An argument has the wrong type.
             InvalidKeyError: The tenant or end-user id breaks a key rule.
-            SchemaVersionError: The first call of this store found the
-                schema missing, older or newer than this code.
-            StoreUnavailableError: The server could not complete the call;
-                nothing was half-written.
+            SchemaVersionError: The schema is missing, older or newer than
+                this code.
+            StoreUnavailableError: The server could not complete the call.
+                Never replayed: when the connection broke after the
+                ``DELETE`` was sent, ``may_have_taken_effect`` is ``True``.
+            StoreClosedError: The store was closed.
         """
         key = memory_key(scope, end_user_id)
         memory_id = validate_memory_id(memory_id)
-        uuid = _parse_id(memory_id)
-        if uuid is None:
-            # Not a spelling this store ever hands out, so no row has it.
+        try:
+            validate_restored_id(memory_id)
+        except InvalidInputError:
+            # Not a shape any fact of this store can have, so no row has it.
+            self._check_open("forget")
             return False
-        _, deleted = await self._run(
-            "forget", self._sql.forget, (key.tenant, key.end_user_id, uuid)
+        return await self._run(
+            "forget", partial(talk.forget, self._sql, key, memory_id), replayable=False
         )
-        return deleted == 1
 
     async def recall(
         self, scope: Scope, end_user_id: str, *, limit: int | None = None
     ) -> tuple[Memory, ...]:
         """Read the key's facts in sequence order with one ``SELECT``; see `MemoryStore.recall`.
 
+        Replayed on a fresh connection if the connection breaks.
+
         Raises:
             TypeError: An argument has the wrong type.
             InvalidKeyError: The tenant or end-user id breaks a key rule.
             InvalidLimitError: ``limit`` is negative.
-            SchemaVersionError: The first call of this store found the
-                schema missing, older or newer than this code.
-            StoreUnavailableError: The server could not complete the call;
-                nothing was half-written.
+            SchemaVersionError: The schema is missing, older or newer than
+                this code.
+            StoreUnavailableError: The server could not complete the call.
+            StoreClosedError: The store was closed.
         """
         key = memory_key(scope, end_user_id)
         limit = validate_limit(limit)
-        rows, _ = await self._run(
-            "recall",
-            self._sql.recall,
-            (key.tenant, key.end_user_id, None if limit is None else min(limit, _MAX_LIMIT)),
+        bounded = None if limit is None else min(limit, _MAX_LIMIT)
+        return await self._run(
+            "recall", partial(talk.recall, self._sql, key, bounded), replayable=True
         )
-        return tuple([_memory(key, row) for row in rows])
 
     async def erase(self, scope: Scope, end_user_id: str) -> int:
         """Delete every fact of the key with one ``DELETE``; see `MemoryStore.erase`.
@@ -284,209 +411,129 @@ class PostgresMemory(MemoryStore):
         Raises:
             TypeError: An argument has the wrong type.
             InvalidKeyError: The tenant or end-user id breaks a key rule.
-            SchemaVersionError: The first call of this store found the
-                schema missing, older or newer than this code.
-            StoreUnavailableError: The server could not complete the call;
-                nothing was half-written.
+            SchemaVersionError: The schema is missing, older or newer than
+                this code.
+            StoreUnavailableError: The server could not complete the call.
+                Never replayed: when the connection broke after the
+                ``DELETE`` was sent, ``may_have_taken_effect`` is ``True``.
+            StoreClosedError: The store was closed.
         """
         key = memory_key(scope, end_user_id)
-        _, deleted = await self._run("erase", self._sql.erase, (key.tenant, key.end_user_id))
-        return deleted
+        return await self._run("erase", partial(talk.erase, self._sql, key), replayable=False)
+
+    async def tenants(self) -> tuple[str, ...]:
+        """Every tenant with at least one fact, sorted by code point.
+
+        Raises:
+            SchemaVersionError: The schema is missing, older or newer.
+            StoreUnavailableError: The server could not complete the call.
+            StoreClosedError: The store was closed.
+        """
+        return await self._run("tenants", partial(talk.tenants, self._sql), replayable=True)
+
+    async def end_users(self, scope: Scope) -> tuple[str, ...]:
+        """Every end user of the tenant with at least one fact, sorted by code point.
+
+        Raises:
+            TypeError: ``scope`` has the wrong type.
+            InvalidKeyError: The tenant breaks a key rule.
+            SchemaVersionError: The schema is missing, older or newer.
+            StoreUnavailableError: The server could not complete the call.
+            StoreClosedError: The store was closed.
+        """
+        tenant = _tenant_of(scope)
+        return await self._run(
+            "end_users", partial(talk.end_users, self._sql, tenant), replayable=True
+        )
+
+    async def restore(self, memory: Memory) -> bool:
+        """Store ``memory`` as given (id, key, content, time), after the key's facts.
+
+        See `RestoresFacts.restore`. Ids are unique per tenant here (the
+        table's unique constraint), which is where ``forget`` looks them up.
+        Replayed on a fresh connection if the connection breaks; a replay
+        that finds the first attempt's row answers ``False``.
+
+        Returns:
+            ``True`` if stored; ``False`` if this key already holds that
+            exact fact (same id, content and ``created_at``).
+
+        Raises:
+            TypeError: ``memory`` is not a `Memory`, or its ``created_at``
+                not a `datetime`.
+            InvalidContentError: The content breaks a content rule.
+            InvalidInputError: The id is not restorable, ``created_at`` has
+                no time zone, or the tenant holds a different fact with that
+                id. Nothing was stored.
+            SchemaVersionError: The schema is missing, older or newer.
+            StoreUnavailableError: The server could not complete the call.
+            StoreClosedError: The store was closed.
+        """
+        if not isinstance(memory, Memory):
+            raise TypeError(f"memory must be a Memory, not {type(memory).__qualname__}")
+        validate_restored_id(memory.id)
+        validate_content(memory.content)
+        created_at: object = memory.created_at
+        if not isinstance(created_at, datetime):
+            raise TypeError(
+                f"memory.created_at must be a datetime, not {type(created_at).__qualname__}"
+            )
+        if created_at.utcoffset() is None:
+            raise InvalidInputError("memory.created_at", "must carry a time zone")
+        return await self._run("restore", partial(talk.restore, self._sql, memory), replayable=True)
+
+    def _check_open(self, operation: str) -> None:
+        if self._closed:
+            raise StoreClosedError(operation, "closed")
 
     async def _run(
-        self, operation: str, query: bytes, params: Sequence[object]
-    ) -> tuple[_Rows, int]:
+        self, operation: str, conversation: partial[Conversation[_T]], *, replayable: bool
+    ) -> _T:
+        self._check_open(operation)
         if not self._verified:
             await self._verify(operation)
-        return await self._execute(operation, query, params)
-
-    async def _execute(
-        self, operation: str, query: bytes, params: Sequence[object]
-    ) -> tuple[_Rows, int]:
-        pool = self._pool
         try:
-            if isinstance(pool, AsyncConnectionPool):
-                _require_asyncio()
-                return await _execute_async(pool, query, params)
-            return await anyio.to_thread.run_sync(_execute_sync, pool, query, params)
-        except psycopg.OperationalError as exc:
-            raise _unavailable(operation, exc) from exc
+            return await self._runner.run(Call(operation, conversation, replayable=replayable))
+        except SchemaVersionError:
+            # The tables went away under a running store: check again next time.
+            self._verified = False
+            raise
 
     async def _verify(self, operation: str) -> None:
         # Code older than the database must fail clearly rather than misread
         # or damage a layout it does not know.
-        try:
-            rows, _ = await self._execute(operation, self._sql.version, ())
-        except psycopg.errors.UndefinedTable:
-            raise SchemaVersionError(self._schema, None, SCHEMA_VERSION) from None
-        found = int(rows[0][0]) if rows else None
+        found = await self._runner.run(
+            Call(operation, partial(talk.schema_version, self._sql), replayable=True)
+        )
         if found != SCHEMA_VERSION:
             raise SchemaVersionError(self._schema, found, SCHEMA_VERSION)
         self._verified = True
 
 
-# A connection the server closed while it sat in the pool is handed back
-# (the pool replaces it) and the next one is tried, up to the pool's size.
-# One more is then used whatever its state, so the call fails rather than
-# spins. The statement runners repeat this loop instead of sharing the
-# context managers below, which cost a few microseconds on every call.
+def _setup_conversation(schema: str) -> Conversation[None]:
+    yield from setup_steps(schema)
 
 
-@asynccontextmanager
-async def _connection_async(pool: AsyncConnectionPool[Any]) -> AsyncIterator[Any]:
-    for _ in range(pool.max_size):
-        async with pool.connection() as conn:
-            if _alive(conn.pgconn):
-                yield conn
-                return
-    async with pool.connection() as conn:
-        yield conn
-
-
-@contextmanager
-def _connection_sync(pool: ConnectionPool[Any]) -> Iterator[Any]:
-    for _ in range(pool.max_size):
-        with pool.connection() as conn:
-            if _alive(conn.pgconn):
-                yield conn
-                return
-    with pool.connection() as conn:
-        yield conn
-
-
-async def _execute_async(
-    pool: AsyncConnectionPool[Any], query: bytes, params: Sequence[object]
-) -> tuple[_Rows, int]:
-    for _ in range(pool.max_size):
-        async with pool.connection() as conn:
-            if _alive(conn.pgconn):
-                return await _statement_async(conn, query, params)
-    async with pool.connection() as conn:
-        return await _statement_async(conn, query, params)
-
-
-async def _statement_async(
-    conn: AsyncConnection[Any], query: bytes, params: Sequence[object]
-) -> tuple[_Rows, int]:
-    async with conn.cursor() as cursor:
-        await cursor.execute(query, params)
-        rows = await cursor.fetchall() if cursor.description is not None else []
-        return rows, cursor.rowcount
-
-
-def _execute_sync(
-    pool: ConnectionPool[Any], query: bytes, params: Sequence[object]
-) -> tuple[_Rows, int]:
-    for _ in range(pool.max_size):
-        with pool.connection() as conn:
-            if _alive(conn.pgconn):
-                return _statement_sync(conn, query, params)
-    with pool.connection() as conn:
-        return _statement_sync(conn, query, params)
-
-
-def _statement_sync(
-    conn: Connection[Any], query: bytes, params: Sequence[object]
-) -> tuple[_Rows, int]:
-    with conn.cursor() as cursor:
-        cursor.execute(query, params)
-        rows = cursor.fetchall() if cursor.description is not None else []
-        return rows, cursor.rowcount
-
-
-def _alive(pgconn: PGconn) -> bool:
-    # A server that shut down or terminated the backend has already written
-    # to the idle connection's socket: an error, then end of file. The first
-    # read takes the error in, the second meets the end of file. A healthy
-    # idle connection has nothing to read, so this costs no round trip, and
-    # a connection the server dropped never fails a call it was not part of.
-    try:
-        pgconn.consume_input()
-        pgconn.consume_input()
-    except psycopg.OperationalError:
-        return False
-    return pgconn.status == ConnStatus.OK
-
-
-async def _setup_async(pool: AsyncConnectionPool[Any], schema: str) -> None:
-    async with _connection_async(pool) as conn, conn.transaction(), conn.cursor() as cursor:
-        steps = setup_steps(schema)
-        step = next(steps)
-        while True:
-            await cursor.execute(*step)
-            rows = await cursor.fetchall() if cursor.description is not None else []
-            try:
-                step = steps.send(rows)
-            except StopIteration:
-                return
-
-
-def _setup_sync(pool: ConnectionPool[Any], schema: str) -> None:
-    with _connection_sync(pool) as conn, conn.transaction(), conn.cursor() as cursor:
-        steps = setup_steps(schema)
-        step = next(steps)
-        while True:
-            cursor.execute(*step)
-            rows = cursor.fetchall() if cursor.description is not None else []
-            try:
-                step = steps.send(rows)
-            except StopIteration:
-                return
-
-
-async def _translate(operation: str, call: Awaitable[_T]) -> _T:
-    try:
-        return await call
-    except psycopg.OperationalError as exc:
-        raise _unavailable(operation, exc) from exc
-
-
-def _unavailable(operation: str, exc: psycopg.OperationalError) -> StoreUnavailableError:
-    # The class and SQLSTATE say what happened; the server's own text is left
-    # to __cause__, as some messages can quote values.
-    state = f", SQLSTATE {exc.sqlstate}" if exc.sqlstate else ""
-    return StoreUnavailableError(
-        operation,
-        "the PostgreSQL server could not be reached or the connection broke "
-        f"({type(exc).__name__}{state})",
-    )
-
-
-def _on_asyncio() -> bool:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
-
-
-def _require_asyncio() -> None:
-    if not _on_asyncio():
-        raise RuntimeError(
-            "an AsyncConnectionPool runs only on asyncio (psycopg's asynchronous API); "
-            "on trio give PostgresMemory a psycopg_pool.ConnectionPool"
+def _tenant_of(scope: object) -> str:
+    if isinstance(scope, str):
+        return validate_key_part(scope, "scope")
+    candidate = getattr(scope, "tenant", _MISSING)
+    if candidate is _MISSING:
+        raise TypeError(
+            "scope must be a str or an object with a str attribute 'tenant', "
+            f"not {type(scope).__qualname__}"
         )
+    return validate_key_part(candidate, "scope.tenant")
 
 
-def _parse_id(memory_id: str) -> UUID | None:
-    try:
-        uuid = UUID(memory_id)
-    except ValueError:
+def _seconds(value: object, argument: str) -> float | None:
+    if value is None:
         return None
-    # UUID() also reads braces, URNs and capitals; only the exact spelling
-    # this store hands out names a fact.
-    return uuid if str(uuid) == memory_id else None
-
-
-def _memory(key: MemoryKey, row: tuple[Any, ...]) -> Memory:
-    memory_id, content, created_at = row
-    return Memory(memory_id, key, content, _utc(created_at))
-
-
-def _utc(moment: datetime) -> datetime:
-    # psycopg reads timestamps in the session's time zone; in a UTC session
-    # they already carry datetime.UTC and need no conversion.
-    return moment if moment.tzinfo is UTC else moment.astimezone(UTC)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{argument} must be a number of seconds or None")
+    if not value > 0 or value == float("inf"):
+        raise ValueError(f"{argument} must be a positive, finite number of seconds")
+    return float(value)
 
 
 def _session_in_utc(conn: Connection[Any]) -> None:

@@ -1,0 +1,128 @@
+"""Each operation of the store as a conversation with the server.
+
+A conversation yields its statements one at a time and is sent back each
+one's rows and row count (see `_runner`). Those that may be replayed after a
+broken connection are written so that a replay finds the first attempt's
+work instead of repeating it.
+"""
+
+from __future__ import annotations
+
+import secrets
+from datetime import UTC, datetime
+from typing import Any
+
+from psych_runtime.memory.port import InvalidInputError, Memory, MemoryKey
+
+from ._runner import Conversation
+from ._schema import Statements
+
+__all__ = [
+    "end_users",
+    "erase",
+    "forget",
+    "new_id",
+    "recall",
+    "remember",
+    "restore",
+    "schema_version",
+    "tenants",
+]
+
+
+def new_id() -> str:
+    """A fresh id: 128 random bits as 32 hexadecimal digits."""
+    return secrets.token_hex(16)
+
+
+def remember(sql: Statements, key: MemoryKey, content: str, memory_id: str) -> Conversation[Memory]:
+    """Insert the fact under ``memory_id``; a replay returns the row already stored."""
+    while True:
+        rows, _ = yield (sql.remember, (memory_id, key.tenant, key.end_user_id, content))
+        if rows:
+            return Memory(memory_id, key, content, utc(rows[0][0]))
+        rows, _ = yield (sql.fact, (key.tenant, memory_id))
+        if not rows:
+            # The row went between the two statements (erased meanwhile):
+            # the insert is tried again with the same id.
+            continue
+        end_user_id, stored, created_at = rows[0]
+        if end_user_id == key.end_user_id and stored == content:
+            # An earlier attempt of this call stored it before its
+            # connection broke.
+            return Memory(memory_id, key, content, utc(created_at))
+        # Another fact holds this id: 128 random bits make this a
+        # curiosity, but a new id is all it takes.
+        memory_id = new_id()
+
+
+def restore(sql: Statements, memory: Memory) -> Conversation[bool]:
+    """Insert ``memory`` as it is, unless this tenant already holds its id."""
+    key = memory.key
+    while True:
+        rows, _ = yield (
+            sql.restore,
+            (memory.id, key.tenant, key.end_user_id, memory.content, memory.created_at),
+        )
+        if rows:
+            return True
+        rows, _ = yield (sql.fact, (key.tenant, memory.id))
+        if not rows:
+            continue
+        end_user_id, stored, created_at = rows[0]
+        if (end_user_id, stored) == (key.end_user_id, memory.content) and (
+            created_at == memory.created_at
+        ):
+            return False
+        raise InvalidInputError("memory.id", "is already the id of another fact in this store")
+
+
+def forget(sql: Statements, key: MemoryKey, memory_id: str) -> Conversation[bool]:
+    """Delete the fact, if this key holds it."""
+    _, deleted = yield (sql.forget, (key.tenant, key.end_user_id, memory_id))
+    return deleted == 1
+
+
+def recall(sql: Statements, key: MemoryKey, limit: int | None) -> Conversation[tuple[Memory, ...]]:
+    """Read the key's facts, oldest first."""
+    rows, _ = yield (sql.recall, (key.tenant, key.end_user_id, limit))
+    return tuple([Memory(row[0], key, row[1], utc(row[2])) for row in rows])
+
+
+def erase(sql: Statements, key: MemoryKey) -> Conversation[int]:
+    """Delete every fact of the key."""
+    _, deleted = yield (sql.erase, (key.tenant, key.end_user_id))
+    return deleted
+
+
+def tenants(sql: Statements) -> Conversation[tuple[str, ...]]:
+    """Every tenant holding a fact, in code point order."""
+    rows, _ = yield (sql.tenants, ())
+    return tuple([row[0] for row in rows])
+
+
+def end_users(sql: Statements, tenant: str) -> Conversation[tuple[str, ...]]:
+    """Every end user of ``tenant`` holding a fact, in code point order."""
+    rows, _ = yield (sql.end_users, (tenant,))
+    return tuple([row[0] for row in rows])
+
+
+def schema_version(sql: Statements) -> Conversation[int | None]:
+    """The version the schema records, ``None`` without tables; changes nothing.
+
+    Reads the catalog first, so a missing table is an answer rather than an
+    error (which would abort an application's open transaction).
+    """
+    rows, _ = yield (sql.has_versions, (sql.versions_table,))
+    if not rows[0][0]:
+        return None
+    rows, _ = yield (sql.version, ())
+    return int(rows[0][0]) if rows else None
+
+
+def utc(moment: Any) -> datetime:
+    """A timestamp read from the server, in UTC."""
+    # psycopg reads timestamps in the session's time zone; in a UTC session
+    # they already carry datetime.UTC and need no conversion.
+    stamp: datetime = moment
+    return stamp if stamp.tzinfo is UTC else stamp.astimezone(UTC)

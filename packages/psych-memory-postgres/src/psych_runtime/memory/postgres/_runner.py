@@ -1,0 +1,311 @@
+"""How one call's statements reach the server: connections, retries, cancellation.
+
+A call is a *conversation* (`Conversation`): a generator that yields each
+statement with its parameters and is sent back ``(rows, rowcount)``. Written
+once, it is driven by psycopg's synchronous driver (in a worker thread) or
+its asynchronous one (on asyncio), and can be replayed from the start on a
+fresh connection.
+
+Rules kept here, for every call:
+
+- A connection the server closed while it sat in the pool is found (at no
+  round trip) and replaced, never failing a call it was not part of.
+- Each connection gets the store's ``statement_timeout`` and
+  ``lock_timeout`` before its first statement, so no call waits unbounded.
+- A call whose connection broke is replayed on a fresh connection only when
+  replaying cannot change its answer: it was never sent, or it is idempotent
+  (reads, and inserts of an id chosen before the first attempt). Otherwise
+  the outcome is unknown and the caller is told so.
+- Cancellation: once a statement was sent, the call runs to its end (it is
+  bounded by the timeouts) before the cancellation reaches the caller, so
+  its effect is decided (done or not) when the caller's cancel scope exits.
+  Before that (waiting for a connection), a cancellation ends the call
+  at once and nothing happens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections.abc import Callable, Coroutine, Generator, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Generic, TypeAlias, TypeVar
+
+import anyio
+import anyio.to_thread
+import psycopg
+from psycopg import AsyncConnection, Connection, sql
+from psycopg.pq import ConnStatus
+from psycopg.pq.abc import PGconn
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+from ._errors import StoreUnavailableError
+from ._translate import translate
+
+__all__ = ["Call", "Conversation", "Pool", "Rows", "Runner", "Statement"]
+
+Pool: TypeAlias = "AsyncConnectionPool[Any] | ConnectionPool[Any]"
+"""A psycopg pool: asynchronous (asyncio only) or synchronous (any backend)."""
+
+Rows: TypeAlias = list[tuple[Any, ...]]
+Statement: TypeAlias = "tuple[bytes | sql.SQL | sql.Composed, Sequence[object]]"
+_T = TypeVar("_T")
+Conversation: TypeAlias = Generator[Statement, tuple[Rows, int], _T]
+
+# A call is tried at most this often: a first attempt and two replays, each
+# on a fresh connection. Only connections the server dropped cause replays.
+_ATTEMPTS: Final = 3
+
+_SESSION_BOUNDS: Final = (
+    b"SELECT set_config('statement_timeout', %s, false), set_config('lock_timeout', %s, false)"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Call(Generic[_T]):
+    """One call of the store, ready to run.
+
+    Attributes:
+        operation: The method's name, for errors.
+        conversation: Makes a fresh conversation for each attempt.
+        replayable: Replaying it after a broken connection cannot change
+            its answer.
+        transaction: Run every statement in one transaction (setup).
+    """
+
+    operation: str
+    conversation: Callable[[], Conversation[_T]]
+    replayable: bool
+    transaction: bool = False
+
+
+class _Progress:
+    """What one call did so far, shared with whoever settles its cancellation."""
+
+    __slots__ = ("sent", "uncertain")
+
+    def __init__(self) -> None:
+        # A statement of this call reached the connection (in any attempt).
+        self.sent = False
+        # An attempt broke after sending, so it may have taken effect.
+        self.uncertain = False
+
+
+class Runner:
+    """Runs calls on one pool, on behalf of one store."""
+
+    __slots__ = ("_bounds", "_pool", "_prepared", "_schema")
+
+    def __init__(
+        self,
+        pool: Pool,
+        *,
+        schema: str,
+        statement_timeout: float | None,
+        lock_timeout: float | None,
+    ) -> None:
+        self._pool = pool
+        self._schema = schema
+        self._bounds: tuple[str, str] | None = (
+            None
+            if statement_timeout is None and lock_timeout is None
+            else (_milliseconds(statement_timeout), _milliseconds(lock_timeout))
+        )
+        # Connections that already carry the bounds; they live in the pool,
+        # so the set must not keep them alive.
+        self._prepared: weakref.WeakSet[Any] = weakref.WeakSet()
+
+    async def run(self, call: Call[_T]) -> _T:
+        """Run ``call`` to its end, or raise a store failure of the port.
+
+        Raises:
+            StoreUnavailableError: The server could not complete the call.
+            SchemaVersionError: The tables are missing.
+            PostgresMemoryError: The server refused the statement.
+            RuntimeError: An asynchronous pool used outside asyncio.
+        """
+        pool = self._pool
+        progress = _Progress()
+        if isinstance(pool, AsyncConnectionPool):
+            _require_asyncio()
+            attempts = self._attempts_async(pool, call, progress)
+            return await _decided(attempts, progress, stoppable=True)
+        # A worker thread is never abandoned by an anyio (or trio) cancel
+        # scope: the call's effect is decided before the caller sees the
+        # cancel. A plain asyncio cancel does not wait for the thread, so on
+        # asyncio the wait is made explicit.
+        work = anyio.to_thread.run_sync(self._attempts_sync, pool, call, progress)
+        if _on_asyncio():
+            return await _decided(work, progress, stoppable=False)
+        return await work
+
+    # -- asyncio, psycopg's asynchronous pool ---------------------------------
+
+    async def _attempts_async(
+        self, pool: AsyncConnectionPool[Any], call: Call[_T], progress: _Progress
+    ) -> _T:
+        for attempt in range(1, _ATTEMPTS + 1):
+            holder: list[AsyncConnection[Any]] = []
+            sent = False
+            try:
+                for fresh in range(pool.max_size + 1):
+                    async with pool.connection() as conn:
+                        if fresh < pool.max_size and not _alive(conn.pgconn):
+                            continue
+                        holder.append(conn)
+                        if self._bounds is not None and conn not in self._prepared:
+                            await conn.execute(_SESSION_BOUNDS, self._bounds)
+                        progress.sent = sent = True
+                        if call.transaction:
+                            async with conn.transaction():
+                                result = await _converse_async(conn, call.conversation())
+                        else:
+                            result = await _converse_async(conn, call.conversation())
+                        self._prepared.add(conn)
+                        return result
+            except psycopg.Error as exc:
+                broken = bool(holder) and holder[-1].broken
+                if not (broken and (call.replayable or not sent) and attempt < _ATTEMPTS):
+                    failure = self._failure(call, exc, progress, broken=broken, sent=sent)
+                    raise failure from exc
+                if sent:
+                    progress.uncertain = True
+        raise AssertionError("unreachable: the last attempt raises")  # pragma: no cover
+
+    # -- any event loop, psycopg's synchronous pool in a worker thread -------
+
+    def _attempts_sync(self, pool: ConnectionPool[Any], call: Call[_T], progress: _Progress) -> _T:
+        # Runs in a worker thread; ``progress`` is read only once it is done.
+        for attempt in range(1, _ATTEMPTS + 1):
+            holder: list[Connection[Any]] = []
+            sent = False
+            try:
+                for fresh in range(pool.max_size + 1):
+                    with pool.connection() as conn:
+                        if fresh < pool.max_size and not _alive(conn.pgconn):
+                            continue
+                        holder.append(conn)
+                        if self._bounds is not None and conn not in self._prepared:
+                            conn.execute(_SESSION_BOUNDS, self._bounds)
+                        progress.sent = sent = True
+                        if call.transaction:
+                            with conn.transaction():
+                                result = _converse_sync(conn, call.conversation())
+                        else:
+                            result = _converse_sync(conn, call.conversation())
+                        self._prepared.add(conn)
+                        return result
+            except psycopg.Error as exc:
+                broken = bool(holder) and holder[-1].broken
+                if not (broken and (call.replayable or not sent) and attempt < _ATTEMPTS):
+                    failure = self._failure(call, exc, progress, broken=broken, sent=sent)
+                    raise failure from exc
+                if sent:
+                    progress.uncertain = True
+        raise AssertionError("unreachable: the last attempt raises")  # pragma: no cover
+
+    def _failure(
+        self, call: Call[Any], exc: psycopg.Error, progress: _Progress, *, broken: bool, sent: bool
+    ) -> Exception:
+        error = translate(call.operation, exc, broken=broken, sent=sent, schema=self._schema)
+        if (
+            progress.uncertain
+            and isinstance(error, StoreUnavailableError)
+            and not error.may_have_taken_effect
+        ):
+            # An earlier attempt may have committed before its connection broke.
+            error = StoreUnavailableError(error.operation, error.reason, may_have_taken_effect=True)
+        return error
+
+
+async def _decided(work: Coroutine[Any, Any, _T], progress: _Progress, *, stoppable: bool) -> _T:
+    # The attempts run in a task of their own, so a cancellation of the
+    # caller (an anyio scope or a plain asyncio cancel) cannot interrupt a
+    # statement in flight: psycopg would then drop the connection while the
+    # server may still commit, after the caller moved on.
+    task = asyncio.ensure_future(work)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        await _settle(task, progress, stoppable=stoppable)
+        raise
+
+
+async def _settle(task: asyncio.Future[Any], progress: _Progress, *, stoppable: bool) -> None:
+    # The caller was cancelled. Before anything was sent, stoppable attempts
+    # are cancelled too (nothing happened); otherwise they run to their end,
+    # bounded by the statement and pool timeouts, so the outcome is decided
+    # before the cancellation goes on.
+    if stoppable and not progress.sent:
+        task.cancel()
+    with anyio.CancelScope(shield=True):
+        while not task.done():
+            try:
+                await asyncio.wait((task,))
+            except asyncio.CancelledError:
+                # A further plain asyncio cancel: one is already on its way.
+                continue
+    if not task.cancelled():
+        # Retrieved so asyncio does not report it as never seen.
+        task.exception()
+
+
+async def _converse_async(conn: AsyncConnection[Any], conversation: Conversation[_T]) -> _T:
+    async with conn.cursor() as cursor:
+        statement = next(conversation)
+        while True:
+            await cursor.execute(statement[0], statement[1])
+            rows = await cursor.fetchall() if cursor.description is not None else []
+            try:
+                statement = conversation.send((rows, cursor.rowcount))
+            except StopIteration as done:
+                result: _T = done.value
+                return result
+
+
+def _converse_sync(conn: Connection[Any], conversation: Conversation[_T]) -> _T:
+    with conn.cursor() as cursor:
+        statement = next(conversation)
+        while True:
+            cursor.execute(statement[0], statement[1])
+            rows = cursor.fetchall() if cursor.description is not None else []
+            try:
+                statement = conversation.send((rows, cursor.rowcount))
+            except StopIteration as done:
+                result: _T = done.value
+                return result
+
+
+def _alive(pgconn: PGconn) -> bool:
+    # A server that shut down or terminated the backend has already written
+    # to the idle connection's socket: an error, then end of file. The first
+    # read takes the error in, the second meets the end of file. A healthy
+    # idle connection has nothing to read, so this costs no round trip, and
+    # a connection the server dropped never fails a call it was not part of.
+    try:
+        pgconn.consume_input()
+        pgconn.consume_input()
+    except psycopg.OperationalError:
+        return False
+    return pgconn.status == ConnStatus.OK
+
+
+def _milliseconds(seconds: float | None) -> str:
+    # PostgreSQL reads 0 as "no bound".
+    return "0" if seconds is None else f"{max(1, round(seconds * 1000))}ms"
+
+
+def _on_asyncio() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def _require_asyncio() -> None:
+    if not _on_asyncio():
+        raise RuntimeError(
+            "an AsyncConnectionPool runs only on asyncio (psycopg's asynchronous API); "
+            "on trio give PostgresMemory a psycopg_pool.ConnectionPool"
+        )

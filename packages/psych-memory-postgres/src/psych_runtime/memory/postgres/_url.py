@@ -1,0 +1,203 @@
+"""Opening a store from a ``postgresql://`` URL.
+
+The URL is libpq's own, with this adapter's options added to its query
+string. They are taken out before libpq sees the rest, which passes through
+unchanged (host lists, ``sslmode``, ``application_name``, ...).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from functools import cache
+from typing import Final
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+from psycopg.pq import Conninfo
+
+from ._schema import DEFAULT_SCHEMA, validate_schema_name
+from ._store import (
+    DEFAULT_LOCK_TIMEOUT,
+    DEFAULT_POOL_TIMEOUT,
+    DEFAULT_STATEMENT_TIMEOUT,
+    PostgresMemory,
+)
+
+__all__ = ["SCHEMES", "UrlOptions", "open_url", "parse_url"]
+
+SCHEMES: Final = ("postgresql", "postgres")
+"""The URL schemes this adapter opens (libpq reads both)."""
+
+_SETUP_MODES: Final = ("auto", "never")
+
+
+@dataclass(frozen=True, slots=True)
+class UrlOptions:
+    """A URL taken apart: libpq's connection string and this adapter's options."""
+
+    conninfo: str
+    schema: str = DEFAULT_SCHEMA
+    min_size: int = 1
+    max_size: int = 10
+    pool_timeout: float = DEFAULT_POOL_TIMEOUT
+    statement_timeout: float = DEFAULT_STATEMENT_TIMEOUT
+    lock_timeout: float = DEFAULT_LOCK_TIMEOUT
+    setup: str = "auto"
+
+    def __repr__(self) -> str:
+        # The connection string may hold a password: never shown.
+        return (
+            f"UrlOptions(schema={self.schema!r}, min_size={self.min_size}, "
+            f"max_size={self.max_size}, setup={self.setup!r})"
+        )
+
+
+def parse_url(url: object) -> UrlOptions:
+    """Check a whole ``postgresql://`` URL and take it apart, touching nothing.
+
+    Raises:
+        TypeError: ``url`` is not a `str`.
+        ValueError: The URL breaks a rule; the message names ``url`` and the
+            rule or option, never the URL itself or its password.
+    """
+    if not isinstance(url, str):
+        raise TypeError(f"url must be a str, not {type(url).__qualname__}")
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        raise ValueError("url is not a well-formed URL") from None
+    if parts.scheme.lower() not in SCHEMES:
+        raise ValueError("url must start with postgresql:// or postgres://")
+    if parts.fragment:
+        raise ValueError("url must not have a fragment ('#...')")
+    ours: dict[str, str] = {}
+    passed: list[str] = []
+    known = _libpq_keywords()
+    # Split by hand: libpq decodes percent escapes only (a "+" stays a
+    # "+"), so the items libpq reads are passed on exactly as written.
+    for item in parts.query.split("&") if parts.query else ():
+        raw_name, equals, raw_value = item.partition("=")
+        if not equals or not raw_name:
+            raise ValueError("url has a malformed query string (each option needs name=value)")
+        name = unquote(raw_name)
+        if name in _READERS:
+            if name in ours:
+                raise ValueError(f"url gives the option {name!r} more than once")
+            ours[name] = unquote(raw_value)
+        elif name in known:
+            passed.append(item)
+        else:
+            raise ValueError(f"url has an unknown option {_shown(name)}")
+    options = {name: _READERS[name](name, value) for name, value in ours.items()}
+    query = "&".join(passed)
+    conninfo = urlunsplit((parts.scheme, parts.netloc, parts.path, query, ""))
+    try:
+        Conninfo.parse(conninfo.encode("utf-8"))
+    except Exception:  # noqa: BLE001 - libpq's message may quote the password
+        raise ValueError("url is not a connection URL libpq accepts") from None
+    result = UrlOptions(conninfo, **options)  # type: ignore[arg-type]
+    if result.min_size > result.max_size:
+        raise ValueError("url option 'min_size' must not exceed 'max_size'")
+    return result
+
+
+@asynccontextmanager
+async def open_url(url: str) -> AsyncIterator[PostgresMemory]:
+    """Open a store from a ``postgresql://`` (or ``postgres://``) URL; close it on exit.
+
+    The URL is libpq's, plus these options in its query string (taken out
+    before libpq sees it): ``schema`` (default ``psych_memory``),
+    ``min_size`` (1), ``max_size`` (10), ``pool_timeout`` (seconds, 30),
+    ``statement_timeout`` (seconds, 5), ``lock_timeout`` (seconds, 2) and
+    ``setup``: ``auto`` (the default) creates the tables if missing and
+    upgrades them if older, and writes nothing when they are current;
+    ``never`` only checks the version, for databases where only a DBA may
+    change the schema. Example:
+    ``postgresql://app@db/app?sslmode=require&schema=memory&setup=never``.
+
+    The whole URL is checked before anything is opened. The store is the
+    one `PostgresMemory.connect` opens (its own pool, closed on exit).
+
+    Yields:
+        An open store, its schema at this code's version.
+
+    Raises:
+        TypeError: ``url`` is not a `str`.
+        ValueError: The URL breaks a rule (message names the option, never
+            the password).
+        StoreUnavailableError: The server could not be reached in time.
+        SchemaVersionError: The schema is newer than this code, or (with
+            ``setup=never``) missing or older.
+        PostgresMemoryError: The server refused the setup.
+    """
+    options = parse_url(url)
+    async with PostgresMemory.connect(
+        options.conninfo,
+        schema=options.schema,
+        min_size=options.min_size,
+        max_size=options.max_size,
+        pool_timeout=options.pool_timeout,
+        statement_timeout=options.statement_timeout,
+        lock_timeout=options.lock_timeout,
+    ) as store:
+        if options.setup == "auto":
+            await store.setup()
+        else:
+            await store.verify()
+        yield store
+
+
+@cache
+def _libpq_keywords() -> frozenset[str]:
+    return frozenset(option.keyword.decode("ascii") for option in Conninfo.get_defaults())
+
+
+def _shown(name: str) -> str:
+    # An option's name is not a secret, but it is the caller's text: shown
+    # short, so a pasted value cannot spill into a log through it.
+    return repr(name if len(name) <= 40 else name[:40] + "...")
+
+
+def _size(minimum: int) -> Callable[[str, str], int]:
+    def read(name: str, value: str) -> int:
+        if not value.isascii() or not value.isdigit() or int(value) < minimum:
+            raise ValueError(f"url option {name!r} must be a whole number >= {minimum}")
+        return int(value)
+
+    return read
+
+
+def _seconds(name: str, value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not (seconds > 0 and math.isfinite(seconds)):
+        raise ValueError(f"url option {name!r} must be a positive number of seconds")
+    return seconds
+
+
+def _schema(name: str, value: str) -> str:
+    try:
+        return validate_schema_name(value)
+    except ValueError as exc:
+        raise ValueError(f"url option {name!r}: {exc}") from None
+
+
+def _setup(name: str, value: str) -> str:
+    if value not in _SETUP_MODES:
+        raise ValueError(f"url option {name!r} must be one of: {', '.join(_SETUP_MODES)}")
+    return value
+
+
+_READERS: Final[dict[str, Callable[[str, str], object]]] = {
+    "schema": _schema,
+    "min_size": _size(0),
+    "max_size": _size(1),
+    "pool_timeout": _seconds,
+    "statement_timeout": _seconds,
+    "lock_timeout": _seconds,
+    "setup": _setup,
+}
