@@ -9,6 +9,7 @@ Only ``export`` prints the content of facts.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 import time
@@ -48,6 +49,8 @@ _URL_HELP: Final = "URL is a store URL: memory:, sqlite:///path, postgresql://..
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``psych-memory`` with ``argv`` (default: the process's) and return the exit code."""
+    # Drivers log their retries; the command reports the outcome in its one line instead.
+    logging.getLogger().addHandler(logging.NullHandler())
     try:
         result = cli.main(
             args=list(argv) if argv is not None else None, prog_name=PROG, standalone_mode=False
