@@ -24,7 +24,6 @@ import pytest
 from psych_runtime.memory.admin import open_memory, store_schemes
 from psych_runtime.memory.port import ListsEndUsers, Memory
 
-
 Snapshot = dict[tuple[str, str], tuple[Memory, ...]]
 
 
@@ -379,34 +378,21 @@ def test_migrate_refuses_a_destination_holding_other_facts_and_copies_nothing(
 # Bad input: a clear message, a non-zero exit, nothing changed.
 
 
+HEADER = (
+    '{"format": "psych-memory-export", "version": 1, "tenant": "acme", "end_user_id": "u9", '
+    '"exported_at": "2026-01-01T00:00:00.000000Z"'
+)
 BAD_JSON = [
     ("not json", "{not json", "FILE", "is not JSON"),
     ("empty", "", "FILE", "is empty"),
     ("a list", "[]", "FILE", "JSON object"),
-    (
-        "another version",
-        '{"format": "psych-memory-export", "version": 2, "tenant": "acme", '
-        '"end_user_id": "u9", "exported_at": "2026-01-01T00:00:00.000000Z", "facts": []}',
-        "FILE",
-        "'version': 1",
-    ),
-    (
-        "a bad line",
-        '{"format": "psych-memory-export", "version": 1, "tenant": "acme", '
-        '"end_user_id": "u9", "exported_at": "2026-01-01T00:00:00.000000Z", "facts_count": 1}\n'
-        '{"id": "a1", "content": "x", "created_at": "2026-01-01T00:00:00',
-        "FILE",
-        "line 2 is not JSON",
-    ),
-    (
-        "a bad id",
-        '{"format": "psych-memory-export", "version": 1, "tenant": "acme", '
-        '"end_user_id": "u9", "exported_at": "2026-01-01T00:00:00.000000Z", "facts": ['
-        '{"id": "no spaces allowed", "content": "x", "created_at": "2026-01-01T00:00:00.000000Z"}]}',
-        "FILE",
-        "memory.id",
-    ),
-]
+    ("another version", HEADER.replace('"version": 1', '"version": 2') + ', "facts": []}',
+     "FILE", "'version': 1"),
+    ("a bad line", HEADER + ', "facts_count": 1}\n{"id": "a1", "content": "x", "crea',
+     "FILE", "line 2 is not JSON"),
+    ("a bad id", HEADER + ', "facts": [{"id": "no spaces allowed", "content": "x", '
+     '"created_at": "2026-01-01T00:00:00.000000Z"}]}', "FILE", "memory.id"),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize(("text", "argument", "words"), [case[1:] for case in BAD_JSON],
