@@ -268,6 +268,32 @@ def test_erase_off_a_terminal_needs_yes_and_changes_nothing(tmp_path: Path) -> N
     assert_same_facts(before, snapshot(f"sqlite:///{tmp_path / 'facts.db'}"))
 
 
+@pytest.mark.parametrize(("answer", "code"), [("n", 6), ("y", 0)])
+def test_erase_on_a_terminal_asks_first(tmp_path: Path, answer: str, code: int) -> None:
+    seed("sqlite:///facts.db", MIXED)
+    before = snapshot(f"sqlite:///{tmp_path / 'facts.db'}")
+    controller, terminal = os.openpty()
+    try:
+        # The answer waits in the terminal's buffer until the prompt reads it.
+        os.write(controller, f"{answer}\n".encode())
+        asked = subprocess.run(
+            [command(), "erase", "sqlite:///facts.db", "--tenant", "acme", "--user", "u1"],
+            cwd=tmp_path, stdin=terminal, capture_output=True, text=True, timeout=300, check=False,
+        )  # fmt: skip
+    finally:
+        os.close(terminal)
+        os.close(controller)
+    assert asked.returncode == code, asked.stderr
+    assert asked.stdout.startswith("Erase all 3 fact(s) of this end user from sqlite:///facts.db?")
+    after = snapshot(f"sqlite:///{tmp_path / 'facts.db'}")
+    if answer == "n":
+        one_error_line(asked.stderr, "cancelled")
+        assert_same_facts(before, after)
+    else:
+        assert "Erasure receipt" in asked.stdout
+        assert ("acme", "u1") not in after
+
+
 # Users and count.
 
 
