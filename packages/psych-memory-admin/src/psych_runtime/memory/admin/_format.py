@@ -59,7 +59,7 @@ class Export:
 
 def utc_text(moment: datetime) -> str:
     """``moment`` in UTC, ISO 8601, always with microseconds and a ``Z``."""
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return moment.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 def render_export(
