@@ -142,7 +142,7 @@ def raw_export(source: Path, target: Path) -> None:
     target.write_text(json.dumps({"facts": facts}, ensure_ascii=False, indent=2), encoding="utf-8")
 
 
-def part_migration(folder: Path, facts: int, end_users: int, rounds: int) -> None:
+def part_migration(folder: Path, facts: int, end_users: int, rounds: int, jobs: int) -> None:
     source = folder / "source.sqlite3"
     started = time.perf_counter()
     seed(f"sqlite:///{source}?durability=normal", facts, end_users)
@@ -159,7 +159,7 @@ def part_migration(folder: Path, facts: int, end_users: int, rounds: int) -> Non
                 best_cli,
                 timed(lambda: quiet(["migrate", f"sqlite:///{source}", pg_url(schema)])),
             )
-    print("Part 1, migration SQLite -> PostgreSQL (best of", rounds, "rounds)")
+    print(f"Part 1, migration SQLite -> PostgreSQL, --jobs {jobs} (best of {rounds} rounds)")
     print(f"  raw copy (sqlite3 + COPY): {best_raw:8.2f} s  {facts / best_raw:12,.0f} facts/s")
     print(f"  psych-memory migrate:      {best_cli:8.2f} s  {facts / best_cli:12,.0f} facts/s")
     print(f"  ratio migrate / raw:       {best_cli / best_raw:8.1f}x   (target 2x)")
@@ -187,6 +187,7 @@ def main_bench() -> None:
     parser.add_argument("--end-users", type=int, default=200)
     parser.add_argument("--export-facts", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--jobs", type=int, default=8, help="migrate --jobs, and the pool's size")
     parser.add_argument("--quick", action="store_true", help="a short smoke run")
     options = parser.parse_args()
     if options.quick:
@@ -196,7 +197,7 @@ def main_bench() -> None:
         f"SQLite {sqlite3.sqlite_version}"
     )
     with tempfile.TemporaryDirectory() as folder:
-        part_migration(Path(folder), options.facts, options.end_users, options.rounds)
+        part_migration(Path(folder), options.facts, options.end_users, options.rounds, options.jobs)
         part_export(Path(folder), options.export_facts, options.rounds)
 
 
