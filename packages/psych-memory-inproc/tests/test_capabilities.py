@@ -148,6 +148,23 @@ async def test_ids_freed_by_forget_and_erase_can_be_restored(memory: InProcessMe
     assert await memory.recall("acme", "u3") == tuple(moved)
 
 
+async def test_a_store_that_never_restores_keeps_no_index_of_ids(
+    memory: InProcessMemory,
+) -> None:
+    # The four methods then do what they did before restore existed.
+    kept = await memory.remember("acme", "u1", "kept")
+    gone = await memory.remember("acme", "u1", "gone")
+    await memory.remember("acme", "u2", "erased")
+    await memory.forget("acme", "u1", gone.id)
+    await memory.erase("acme", "u2")
+    await memory.recall("acme", "u1")
+    await memory.tenants()
+    await memory.end_users("acme")
+    assert memory._id_index is None
+    await memory.restore(fact("f1"))
+    assert memory._id_index == {kept.id: kept.key, "f1": MemoryKey("acme", "u1")}
+
+
 async def test_a_time_in_another_zone_is_kept_as_the_same_instant_in_utc(
     memory: InProcessMemory,
 ) -> None:

@@ -11,9 +11,10 @@ Markdown tables, ready to paste into ``docs/postgres.md``:
    same statements over the same pool, with the ratio adapter / raw
    (target: at least 0.8). Rounds alternate the two sides, and the ratio is
    the median of each round's pair, so that drift in the machine's load
-   falls on both alike. Three ways of running: asyncio with psycopg's
-   asynchronous pool (an application's own pool), then the synchronous pool
-   in worker threads (what ``connect`` opens) on asyncio and on trio. The
+   falls on both alike. Four ways of running: the default path (``connect``
+   on asyncio, which opens psycopg's asynchronous pool), asyncio with an
+   application's own asynchronous pool, then the synchronous pool in worker
+   threads (what ``connect`` opens on trio) on asyncio and on trio. The
    raw baseline of each way runs exactly like the adapter: the threaded ways
    hop to a worker thread too, so the second table against the first shows
    what the threads cost on asyncio.
@@ -63,9 +64,11 @@ class Mode:
     name: str
     backend: str
     threaded: bool
+    default: bool = False
 
 
 MODES = (
+    Mode("asyncio, `connect` (the default path)", "asyncio", threaded=False, default=True),
     Mode("asyncio, async pool", "asyncio", threaded=False),
     Mode("asyncio, sync pool in threads", "asyncio", threaded=True),
     Mode("trio, sync pool in threads", "trio", threaded=True),
@@ -183,6 +186,13 @@ async def throughput(mode: Mode, schema: str, count: int, rounds: int) -> list[l
         "kwargs": {"autocommit": True},
         "open": False,
     }
+    if mode.default:
+        # What `connect` (and `open_url`) give an application on this loop.
+        async with PostgresMemory.connect(
+            DSN, schema=schema, min_size=pool_size, max_size=pool_size
+        ) as store:
+            await store.setup()
+            return await compare(store, Raw(store.pool, schema), schema, count, rounds)
     if mode.threaded:
         pool = ConnectionPool(DSN, configure=_utc_session, **options)
         await anyio.to_thread.run_sync(partial(pool.open, wait=True))
@@ -191,44 +201,50 @@ async def throughput(mode: Mode, schema: str, count: int, rounds: int) -> list[l
         await pool.open(wait=True)
     try:
         store = PostgresMemory(pool, schema=schema)
-        raw = Raw(pool, schema)
         await store.setup()
-        lines = []
-        for concurrency in (1, 8, 32):
-            for operation in OPERATIONS:
-                rates: dict[str, list[float]] = {"adapter": [], "raw": []}
-                ratios: list[float] = []
-                for n in range(rounds):
-                    # Interleaved, and each side first in turn, so that drift
-                    # in the machine's load falls on both alike.
-                    sides: list[tuple[str, PostgresMemory | Raw]] = [
-                        ("adapter", store),
-                        ("raw", raw),
-                    ]
-                    for side, target in sides if n % 2 == 0 else sides[::-1]:
-                        tag = uuid4().hex[:8]
-                        calls = workload(operation, target, schema, count, tag)
-                        rates[side].append(await timed(calls, concurrency))
-                    # Each round's pair ran back to back, under the same load:
-                    # their ratio is steadier than a ratio of medians.
-                    ratios.append(rates["adapter"][-1] / rates["raw"][-1])
-                adapter = statistics.median(rates["adapter"])
-                baseline = statistics.median(rates["raw"])
-                lines.append(
-                    [
-                        operation,
-                        str(concurrency),
-                        f"{adapter:,.0f}",
-                        f"{baseline:,.0f}",
-                        f"{statistics.median(ratios):.2f}",
-                    ]
-                )
-        return lines
+        return await compare(store, Raw(pool, schema), schema, count, rounds)
     finally:
         if isinstance(pool, AsyncConnectionPool):
             await pool.close()
         else:
             await anyio.to_thread.run_sync(pool.close)
+
+
+async def compare(
+    store: PostgresMemory, raw: Raw, schema: str, count: int, rounds: int
+) -> list[list[str]]:
+    """Adapter and raw psycopg side by side, for every operation and concurrency."""
+    lines = []
+    for concurrency in (1, 8, 32):
+        for operation in OPERATIONS:
+            rates: dict[str, list[float]] = {"adapter": [], "raw": []}
+            ratios: list[float] = []
+            for n in range(rounds):
+                # Interleaved, and each side first in turn, so that drift
+                # in the machine's load falls on both alike.
+                sides: list[tuple[str, PostgresMemory | Raw]] = [
+                    ("adapter", store),
+                    ("raw", raw),
+                ]
+                for side, target in sides if n % 2 == 0 else sides[::-1]:
+                    tag = uuid4().hex[:8]
+                    calls = workload(operation, target, schema, count, tag)
+                    rates[side].append(await timed(calls, concurrency))
+                # Each round's pair ran back to back, under the same load:
+                # their ratio is steadier than a ratio of medians.
+                ratios.append(rates["adapter"][-1] / rates["raw"][-1])
+            adapter = statistics.median(rates["adapter"])
+            baseline = statistics.median(rates["raw"])
+            lines.append(
+                [
+                    operation,
+                    str(concurrency),
+                    f"{adapter:,.0f}",
+                    f"{baseline:,.0f}",
+                    f"{statistics.median(ratios):.2f}",
+                ]
+            )
+    return lines
 
 
 async def scaling(schema: str, sizes: Sequence[int], count: int) -> list[list[str]]:

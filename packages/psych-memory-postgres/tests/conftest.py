@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any
 
 import anyio.to_thread
@@ -17,6 +19,7 @@ import psycopg
 import pytest
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from psych_runtime.memory.postgres import PostgresMemory
 
@@ -105,6 +108,51 @@ class Backdoor:
             (tenant, end_user_id),
         )
         return int(rows[0][0])
+
+    @asynccontextmanager
+    async def threaded_store(
+        self, dsn: str, *, min_size: int = 1, max_size: int = 8, wait: float = 20
+    ) -> AsyncIterator[PostgresMemory]:
+        """A set-up store in this schema on a synchronous pool (worker threads).
+
+        `PostgresMemory.connect` picks the asynchronous pool on asyncio; this
+        is the threaded path there, built as an application would. ``dsn``
+        may carry a label (`labelled`).
+        """
+        pool = ConnectionPool(
+            dsn,
+            min_size=min_size,
+            max_size=max_size,
+            timeout=wait,
+            kwargs={"autocommit": True},
+            open=False,
+        )
+        await anyio.to_thread.run_sync(partial(pool.open, wait=True, timeout=wait))
+        try:
+            async with PostgresMemory(pool, schema=self.schema) as store:
+                await store.setup()
+                yield store
+        finally:
+            await anyio.to_thread.run_sync(pool.close)
+
+    async def settings_of(self, store: PostgresMemory, *names: str) -> tuple[str, ...]:
+        """Settings of a connection of the store's pool (one it has used, when it has one)."""
+        query = sql.SQL("SELECT {}").format(
+            sql.SQL(", ").join(sql.SQL("current_setting({})").format(name) for name in names)
+        )
+        pool = store.pool
+        if isinstance(pool, AsyncConnectionPool):
+            async with pool.connection() as conn:
+                row = await (await conn.execute(query)).fetchone()
+        else:
+
+            def read() -> Any:
+                with pool.connection() as conn:
+                    return conn.execute(query).fetchone()
+
+            row = await anyio.to_thread.run_sync(read)
+        assert row is not None
+        return tuple(str(value) for value in row)
 
     async def terminate(self, application_name: str) -> int:
         """Terminate every backend serving that application, and wait until they are gone."""

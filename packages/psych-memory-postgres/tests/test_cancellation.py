@@ -40,10 +40,11 @@ _POOLS = pytest.mark.parametrize(
 
 
 @asynccontextmanager
-async def _store(postgres_dsn: str, schema: str, pool_kind: str) -> AsyncIterator[PostgresMemory]:
+async def _store(
+    postgres_dsn: str, schema: str, pool_kind: str, backdoor: Backdoor
+) -> AsyncIterator[PostgresMemory]:
     if pool_kind == "threads":
-        async with PostgresMemory.connect(postgres_dsn, schema=schema, max_size=8) as store:
-            await store.setup()
+        async with backdoor.threaded_store(postgres_dsn) as store:
             yield store
     else:
         async with AsyncConnectionPool(
@@ -68,7 +69,7 @@ async def test_short_timeouts_then_erase_leave_no_fact(
     chance = random.Random(20261203)
     timeouts = [0.0, 0.0003, 0.001] + [chance.uniform(0.0, 0.004) for _ in range(3)]
     with anyio.fail_after(_BOUND):
-        async with _store(postgres_dsn, schema, pool_kind) as store:
+        async with _store(postgres_dsn, schema, pool_kind, backdoor) as store:
             for number in range(_USERS):
                 user = f"user-{number}"
                 for timeout in timeouts:
@@ -89,7 +90,7 @@ async def test_plain_asyncio_timeouts_then_erase_leave_no_fact(
     # asyncio.timeout cancels the task itself, past any anyio cancel scope.
     chance = random.Random(7)
     with anyio.fail_after(_BOUND):
-        async with _store(postgres_dsn, schema, pool_kind) as store:
+        async with _store(postgres_dsn, schema, pool_kind, backdoor) as store:
             for number in range(_USERS):
                 user = f"user-{number}"
                 for timeout in (0.0, 0.0003, chance.uniform(0.0, 0.004)):
@@ -126,7 +127,7 @@ async def test_a_task_group_torn_down_under_many_writers_then_erase_leaves_no_fa
 ) -> None:
     writers, rounds = 32, 12
     with anyio.fail_after(_BOUND):
-        async with _store(postgres_dsn, schema, pool_kind) as store:
+        async with _store(postgres_dsn, schema, pool_kind, backdoor) as store:
             for round_number in range(rounds):
                 tenant = f"round-{round_number}"
                 writing = _Writers(store, tenant, writers)
@@ -140,3 +141,22 @@ async def test_a_task_group_torn_down_under_many_writers_then_erase_leaves_no_fa
                 for number in range(writers):
                     await store.erase(tenant, f"user-{number}")
                 assert await _left_in_tenant(backdoor, tenant) == 0
+
+
+@_POOLS
+async def test_cancelled_reads_leave_the_store_working(
+    postgres_dsn: str, schema: str, backdoor: Backdoor, pool_kind: str
+) -> None:
+    # A read has no effect to decide, so it may be interrupted anywhere; the
+    # connections it held must still come back, or be replaced, every time.
+    chance = random.Random(11)
+    with anyio.fail_after(_BOUND):
+        async with _store(postgres_dsn, schema, pool_kind, backdoor) as store:
+            fact = await store.remember("acme", "u1", "read again and again")
+            for _ in range(200):
+                with anyio.move_on_after(chance.uniform(0.0, 0.003)):
+                    await store.recall("acme", "u1")
+            async with anyio.create_task_group() as tasks:
+                for _ in range(16):
+                    tasks.start_soon(store.recall, "acme", "u1")
+            assert await store.recall("acme", "u1") == (fact,)

@@ -49,10 +49,7 @@ async def _labelled_store(
     name = f"psych-fault-{uuid4().hex[:16]}"
     dsn = backdoor.labelled(name)
     if pool_kind == "threads":
-        async with PostgresMemory.connect(
-            dsn, schema=backdoor.schema, min_size=min_size, max_size=max_size, pool_timeout=20
-        ) as store:
-            await store.setup()
+        async with backdoor.threaded_store(dsn, min_size=min_size, max_size=max_size) as store:
             yield store, name
     else:
         async with AsyncConnectionPool(

@@ -147,24 +147,16 @@ async def test_a_call_blocked_past_its_bound_fails_and_changed_nothing(
         assert await store.recall("acme", "u1") == (fact,)
 
 
-async def test_the_bounds_are_set_on_the_stores_connections(postgres_dsn: str, schema: str) -> None:
+async def test_the_bounds_are_set_on_the_stores_connections(
+    postgres_dsn: str, schema: str, backdoor: Backdoor
+) -> None:
     async with PostgresMemory.connect(
-        postgres_dsn, schema=schema, statement_timeout=1.5, lock_timeout=0.25
+        postgres_dsn, schema=schema, statement_timeout=1.5, lock_timeout=0.25, max_size=1
     ) as store:
         await store.setup()
         await store.recall("acme", "u1")
-
-        def settings() -> tuple[str, str]:
-            pool = store.pool
-            assert isinstance(pool, ConnectionPool)
-            with pool.connection() as conn:
-                row = conn.execute("SHOW statement_timeout").fetchone()
-                other = conn.execute("SHOW lock_timeout").fetchone()
-                assert row is not None
-                assert other is not None
-                return str(row[0]), str(other[0])
-
-        assert await anyio.to_thread.run_sync(settings) == ("1500ms", "250ms")
+        settings = await backdoor.settings_of(store, "statement_timeout", "lock_timeout")
+        assert settings == ("1500ms", "250ms")
 
 
 @pytest.mark.parametrize(

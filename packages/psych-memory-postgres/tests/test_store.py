@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from uuid import UUID, uuid4
 
 import anyio
+import anyio.to_thread
 import psycopg
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -15,7 +16,12 @@ from hypothesis import strategies as st
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from psych_runtime.memory.port import MAX_CONTENT_LENGTH, InvalidContentError, InvalidKeyError
+from psych_runtime.memory.port import (
+    MAX_CONTENT_LENGTH,
+    InvalidContentError,
+    InvalidKeyError,
+    StoreClosedError,
+)
 from psych_runtime.memory.postgres import PostgresMemory
 
 if TYPE_CHECKING:
@@ -219,6 +225,35 @@ async def test_async_pool_is_refused_on_trio() -> None:
         await store.recall("acme", "u1")
     with pytest.raises(RuntimeError, match="only on asyncio"):
         await store.setup()
+
+
+async def test_connect_runs_without_a_thread_hop_on_asyncio_and_serves_every_loop(
+    postgres_dsn: str, schema: str, anyio_backend: str
+) -> None:
+    async with PostgresMemory.connect(postgres_dsn, schema=schema, max_size=4) as store:
+        await store.setup()
+        expected = AsyncConnectionPool if anyio_backend == "asyncio" else ConnectionPool
+        assert isinstance(store.pool, expected)
+        fact = await store.remember("acme", "u1", "from the opening loop")
+
+        # Threads each running an event loop of their own, of either kind:
+        # they cannot use an asynchronous pool of another loop, and must not
+        # notice.
+        def elsewhere(backend: str) -> tuple[Any, ...]:
+            async def calls() -> tuple[Any, ...]:
+                other = await store.remember("acme", "u1", f"from a {backend} thread")
+                return (other, await store.recall("acme", "u1"))
+
+            return anyio.run(calls, backend=backend)
+
+        from_threads = []
+        for backend in ("asyncio", "trio"):
+            other, seen = await anyio.to_thread.run_sync(elsewhere, backend)
+            from_threads.append(other)
+            assert seen == (fact, *from_threads)
+        assert await store.recall("acme", "u1") == (fact, *from_threads)
+    with pytest.raises(StoreClosedError):
+        await anyio.to_thread.run_sync(elsewhere, "trio")
 
 
 async def test_many_tasks_remember_concurrently(store: PostgresMemory) -> None:

@@ -10,7 +10,6 @@ import anyio.to_thread
 import pytest
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
-from psycopg_pool import ConnectionPool
 
 from psych_runtime.memory import port
 from psych_runtime.memory.postgres import (
@@ -58,19 +57,11 @@ async def test_a_url_opens_a_ready_store_and_closes_it(
         fact = await store.remember("acme", "u1", "opened by URL")
         assert await store.recall("acme", "u1") == (fact,)
         pool = store.pool
-        assert isinstance(pool, ConnectionPool)
         assert (pool.min_size, pool.max_size, pool.timeout) == (1, 3, 10.0)
-
-        def settings() -> tuple[str, str, str]:
-            with pool.connection() as conn:
-                rows = conn.execute(
-                    "SELECT current_setting('statement_timeout'),"
-                    " current_setting('lock_timeout'), current_setting('application_name')"
-                ).fetchall()
-                first, second, third = rows[0]
-                return str(first), str(second), str(third)
-
-        assert await anyio.to_thread.run_sync(settings) == ("1500ms", "500ms", name)
+        settings = await backdoor.settings_of(
+            store, "statement_timeout", "lock_timeout", "application_name"
+        )
+        assert settings == ("1500ms", "500ms", name)
     assert store.closed
     with pytest.raises(port.StoreClosedError):
         await store.recall("acme", "u1")

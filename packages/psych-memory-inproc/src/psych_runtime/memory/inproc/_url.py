@@ -5,15 +5,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from psych_runtime.memory.port import MemoryStore
-
 from ._memory import InProcessMemory
 
 __all__ = ["open_url"]
 
 
 @asynccontextmanager
-async def open_url(url: str) -> AsyncIterator[MemoryStore]:
+async def open_url(url: str) -> AsyncIterator[InProcessMemory]:
     """Open a fresh, empty `InProcessMemory` named by the URL ``memory:``.
 
     This is the opener registered for the scheme ``memory`` in the

@@ -26,6 +26,7 @@ Rules kept here, for every call:
 from __future__ import annotations
 
 import asyncio
+import threading
 import weakref
 from collections.abc import Callable, Coroutine, Generator, Sequence
 from dataclasses import dataclass
@@ -37,12 +38,21 @@ import psycopg
 from psycopg import AsyncConnection, Connection, sql
 from psycopg.pq import ConnStatus
 from psycopg.pq.abc import PGconn
-from psycopg_pool import AsyncConnectionPool, ConnectionPool
+from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolClosed
 
 from ._errors import StoreUnavailableError
 from ._translate import translate
 
-__all__ = ["Call", "Conversation", "Pool", "Rows", "Runner", "Statement"]
+__all__ = [
+    "Call",
+    "Conversation",
+    "LazyPool",
+    "Pool",
+    "Rows",
+    "Runner",
+    "Statement",
+    "running_loop",
+]
 
 Pool: TypeAlias = "AsyncConnectionPool[Any] | ConnectionPool[Any]"
 """A psycopg pool: asynchronous (asyncio only) or synchronous (any backend)."""
@@ -71,12 +81,54 @@ class Call(Generic[_T]):
         replayable: Replaying it after a broken connection cannot change
             its answer.
         transaction: Run every statement in one transaction (setup).
+        changes: It may change the database. A call that only reads has no
+            effect to decide, so a cancellation may interrupt it anywhere.
     """
 
     operation: str
     conversation: Callable[[], Conversation[_T]]
     replayable: bool
     transaction: bool = False
+    changes: bool = True
+
+
+class LazyPool:
+    """A synchronous pool opened on first use, from any thread, at most once."""
+
+    __slots__ = ("_closed", "_factory", "_lock", "_pool", "_timeout")
+
+    def __init__(self, factory: Callable[[], ConnectionPool[Any]], timeout: float) -> None:
+        self._factory = factory
+        self._timeout = timeout
+        self._lock = threading.Lock()
+        self._pool: ConnectionPool[Any] | None = None
+        self._closed = False
+
+    def get(self) -> ConnectionPool[Any]:
+        """The open pool; blocks while it opens (bounded by the pool timeout).
+
+        Raises:
+            psycopg.Error: The pool could not be opened in time, or is closed.
+        """
+        with self._lock:
+            if self._closed:
+                raise PoolClosed("the store's pool is closed")
+            if self._pool is None:
+                pool = self._factory()
+                try:
+                    pool.open(wait=True, timeout=self._timeout)
+                except BaseException:
+                    pool.close()
+                    raise
+                self._pool = pool
+            return self._pool
+
+    def close(self) -> None:
+        """Close the pool if it was opened; later `get` calls fail."""
+        with self._lock:
+            self._closed = True
+            if self._pool is not None:
+                self._pool.close()
 
 
 class _Progress:
@@ -94,7 +146,7 @@ class _Progress:
 class Runner:
     """Runs calls on one pool, on behalf of one store."""
 
-    __slots__ = ("_bounds", "_pool", "_prepared", "_schema")
+    __slots__ = ("_bounds", "_fallback", "_home", "_pool", "_prepared", "_schema")
 
     def __init__(
         self,
@@ -105,6 +157,11 @@ class Runner:
         lock_timeout: float | None,
     ) -> None:
         self._pool = pool
+        # An asynchronous pool the store opened itself belongs to ``home``;
+        # calls from any other event loop (trio, or another thread's loop)
+        # run on ``fallback``, a synchronous pool opened on first need.
+        self._home: asyncio.AbstractEventLoop | None = None
+        self._fallback: LazyPool | None = None
         self._schema = schema
         self._bounds: tuple[str, str] | None = (
             None
@@ -114,6 +171,11 @@ class Runner:
         # Connections that already carry the bounds; they live in the pool,
         # so the set must not keep them alive.
         self._prepared: weakref.WeakSet[Any] = weakref.WeakSet()
+
+    def belong_to(self, home: asyncio.AbstractEventLoop, fallback: LazyPool) -> None:
+        """Serve the asynchronous pool on ``home`` only, other loops on ``fallback``."""
+        self._home = home
+        self._fallback = fallback
 
     async def run(self, call: Call[_T]) -> _T:
         """Run ``call`` to its end, or raise a store failure of the port.
@@ -126,18 +188,36 @@ class Runner:
         """
         pool = self._pool
         progress = _Progress()
+        loop = running_loop()
         if isinstance(pool, AsyncConnectionPool):
-            _require_asyncio()
-            attempts = self._attempts_async(pool, call, progress)
-            return await _decided(attempts, progress, stoppable=True)
+            if loop is not None and (self._home is None or loop is self._home):
+                attempts = self._attempts_async(pool, call, progress)
+                if not call.changes:
+                    return await attempts
+                return await _decided(attempts, progress, stoppable=True)
+            if self._fallback is None:
+                raise RuntimeError(
+                    "an AsyncConnectionPool runs only on asyncio (psycopg's asynchronous "
+                    "API); on trio give PostgresMemory a psycopg_pool.ConnectionPool"
+                )
+            work = anyio.to_thread.run_sync(self._on_fallback, self._fallback, call, progress)
+        else:
+            work = anyio.to_thread.run_sync(self._attempts_sync, pool, call, progress)
         # A worker thread is never abandoned by an anyio (or trio) cancel
         # scope: the call's effect is decided before the caller sees the
         # cancel. A plain asyncio cancel does not wait for the thread, so on
         # asyncio the wait is made explicit.
-        work = anyio.to_thread.run_sync(self._attempts_sync, pool, call, progress)
-        if _on_asyncio():
+        if loop is not None and call.changes:
             return await _decided(work, progress, stoppable=False)
         return await work
+
+    def _on_fallback(self, fallback: LazyPool, call: Call[_T], progress: _Progress) -> _T:
+        try:
+            pool = fallback.get()
+        except psycopg.Error as exc:
+            failure = self._failure(call, exc, progress, broken=False, sent=False)
+            raise failure from exc
+        return self._attempts_sync(pool, call, progress)
 
     # -- asyncio, psycopg's asynchronous pool ---------------------------------
 
@@ -295,17 +375,9 @@ def _milliseconds(seconds: float | None) -> str:
     return "0" if seconds is None else f"{max(1, round(seconds * 1000))}ms"
 
 
-def _on_asyncio() -> bool:
+def running_loop() -> asyncio.AbstractEventLoop | None:
+    """The running asyncio event loop, or ``None`` (no loop, or trio)."""
     try:
-        asyncio.get_running_loop()
+        return asyncio.get_running_loop()
     except RuntimeError:
-        return False
-    return True
-
-
-def _require_asyncio() -> None:
-    if not _on_asyncio():
-        raise RuntimeError(
-            "an AsyncConnectionPool runs only on asyncio (psycopg's asynchronous API); "
-            "on trio give PostgresMemory a psycopg_pool.ConnectionPool"
-        )
+        return None

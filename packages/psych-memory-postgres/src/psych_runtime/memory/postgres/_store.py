@@ -10,7 +10,7 @@ from typing import Any, Final, Self, TypeVar
 
 import anyio.to_thread
 import psycopg
-from psycopg import Connection
+from psycopg import AsyncConnection, Connection
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from psych_runtime.memory.port import (
@@ -29,7 +29,7 @@ from psych_runtime.memory.port import (
 
 from . import _conversations as talk
 from ._errors import SchemaVersionError, StoreUnavailableError
-from ._runner import Call, Conversation, Pool, Runner
+from ._runner import Call, Conversation, LazyPool, Pool, Runner, running_loop
 from ._schema import (
     DEFAULT_SCHEMA,
     SCHEMA_VERSION,
@@ -100,17 +100,19 @@ class PostgresMemory(MemoryStore):
     Cancellation: a call that was cancelled after its statement was sent
     finishes that statement first (bounded by the timeouts), so its effect
     is decided before the cancellation reaches the caller; a call cancelled
-    while waiting for a connection ends at once and changes nothing.
+    while waiting for a connection ends at once and changes nothing. A call
+    that only reads is interrupted wherever it is.
 
     How the statements run depends on the pool:
 
-    - A `psycopg_pool.ConnectionPool` (what `connect` opens) is driven from
-      worker threads (`anyio.to_thread.run_sync`): it works on asyncio and
-      on trio, and from any thread and event loop.
+    - A `psycopg_pool.ConnectionPool` is driven from worker threads
+      (`anyio.to_thread.run_sync`): it works on asyncio and on trio, and
+      from any thread and event loop.
     - A `psycopg_pool.AsyncConnectionPool` is used directly, with no thread
       hop. psycopg's asynchronous API runs only on asyncio, so on trio such
       a store raises `RuntimeError`; and like the pool, the store then
       belongs to the event loop that opened the pool.
+    - `connect` on asyncio combines both: see there.
 
     The store is open from construction. ``async with store:`` and `aclose`
     close it (calls then raise ``StoreClosedError``) but never close a pool
@@ -179,14 +181,14 @@ class PostgresMemory(MemoryStore):
     ) -> AsyncIterator[PostgresMemory]:
         """Open a store with a pool of its own; close both on exit.
 
-        The pool is psycopg's synchronous pool, its connections in autocommit
-        mode with the session time zone set to UTC, driven from worker
-        threads. That one way serves asyncio and trio alike, and any number
-        of threads each running its own event loop. On asyncio the thread hop
-        costs some throughput beside psycopg's asynchronous pool (the
-        documentation has the figures); an asyncio application that wants it
-        back passes a `psycopg_pool.AsyncConnectionPool` to the constructor
-        instead.
+        Its connections are in autocommit mode with the session time zone set
+        to UTC. Opened on asyncio, the pool is psycopg's asynchronous pool,
+        used with no thread hop on the loop that opened it; calls from any
+        other event loop (trio, or a thread running a loop of its own) run
+        on a synchronous pool of the same settings in worker threads, opened
+        the first time such a call comes. Opened anywhere else (trio), the
+        pool is the synchronous one from the start. Either way every event
+        loop and thread may use the store.
 
         After the block the store is closed: its calls raise
         ``StoreClosedError``.
@@ -219,26 +221,35 @@ class PostgresMemory(MemoryStore):
             "timeout": pool_timeout,
             "open": False,
             "name": f"psych-memory:{schema}",
-            "configure": _session_in_utc,
         }
-        pool = ConnectionPool(conninfo, **options)
-        try:
-            store = cls(
-                pool, schema=schema, statement_timeout=statement_timeout, lock_timeout=lock_timeout
+        bounds = {"statement_timeout": statement_timeout, "lock_timeout": lock_timeout}
+        home = running_loop()
+        if home is None:
+            threaded = cls(
+                ConnectionPool(conninfo, configure=_session_in_utc, **options),
+                schema=schema,
+                **bounds,
             )
-            try:
-                await anyio.to_thread.run_sync(partial(pool.open, wait=True, timeout=pool_timeout))
-            except psycopg.Error as exc:
-                raise StoreUnavailableError(
-                    "connect",
-                    "no connection to the PostgreSQL server could be opened in time "
-                    f"({type(exc).__name__})",
-                    may_have_taken_effect=False,
-                ) from exc
-            async with store:
+            async with _opened(threaded, pool_timeout):
+                yield threaded
+            return
+        # On asyncio: psycopg's asynchronous pool, no thread hop. Calls from
+        # another event loop (a thread running its own) get a synchronous
+        # pool of the same settings, opened only if that ever happens.
+        fallback = LazyPool(
+            partial(ConnectionPool, conninfo, configure=_session_in_utc, **options), pool_timeout
+        )
+        store = cls(
+            AsyncConnectionPool(conninfo, configure=_session_in_utc_async, **options),
+            schema=schema,
+            **bounds,
+        )
+        store._runner.belong_to(home, fallback)
+        try:
+            async with _opened(store, pool_timeout):
                 yield store
         finally:
-            await anyio.to_thread.run_sync(pool.close)
+            await anyio.to_thread.run_sync(fallback.close)
 
     @property
     def schema(self) -> str:
@@ -300,7 +311,7 @@ class PostgresMemory(MemoryStore):
         """
         self._check_open("setup")
         found = await self._runner.run(
-            Call("setup", partial(talk.schema_version, self._sql), replayable=True)
+            Call("setup", partial(talk.schema_version, self._sql), replayable=True, changes=False)
         )
         if found is None or found < SCHEMA_VERSION:
             await self._runner.run(
@@ -402,7 +413,7 @@ class PostgresMemory(MemoryStore):
         limit = validate_limit(limit)
         bounded = None if limit is None else min(limit, _MAX_LIMIT)
         return await self._run(
-            "recall", partial(talk.recall, self._sql, key, bounded), replayable=True
+            "recall", partial(talk.recall, self._sql, key, bounded), replayable=True, changes=False
         )
 
     async def erase(self, scope: Scope, end_user_id: str) -> int:
@@ -429,7 +440,9 @@ class PostgresMemory(MemoryStore):
             StoreUnavailableError: The server could not complete the call.
             StoreClosedError: The store was closed.
         """
-        return await self._run("tenants", partial(talk.tenants, self._sql), replayable=True)
+        return await self._run(
+            "tenants", partial(talk.tenants, self._sql), replayable=True, changes=False
+        )
 
     async def end_users(self, scope: Scope) -> tuple[str, ...]:
         """Every end user of the tenant with at least one fact, sorted by code point.
@@ -443,7 +456,7 @@ class PostgresMemory(MemoryStore):
         """
         tenant = _tenant_of(scope)
         return await self._run(
-            "end_users", partial(talk.end_users, self._sql, tenant), replayable=True
+            "end_users", partial(talk.end_users, self._sql, tenant), replayable=True, changes=False
         )
 
     async def restore(self, memory: Memory) -> bool:
@@ -487,13 +500,19 @@ class PostgresMemory(MemoryStore):
             raise StoreClosedError(operation, "closed")
 
     async def _run(
-        self, operation: str, conversation: partial[Conversation[_T]], *, replayable: bool
+        self,
+        operation: str,
+        conversation: partial[Conversation[_T]],
+        *,
+        replayable: bool,
+        changes: bool = True,
     ) -> _T:
         self._check_open(operation)
         if not self._verified:
             await self._verify(operation)
         try:
-            return await self._runner.run(Call(operation, conversation, replayable=replayable))
+            call = Call(operation, conversation, replayable=replayable, changes=changes)
+            return await self._runner.run(call)
         except SchemaVersionError:
             # The tables went away under a running store: check again next time.
             self._verified = False
@@ -503,7 +522,12 @@ class PostgresMemory(MemoryStore):
         # Code older than the database must fail clearly rather than misread
         # or damage a layout it does not know.
         found = await self._runner.run(
-            Call(operation, partial(talk.schema_version, self._sql), replayable=True)
+            Call(
+                operation,
+                partial(talk.schema_version, self._sql),
+                replayable=True,
+                changes=False,
+            )
         )
         if found != SCHEMA_VERSION:
             raise SchemaVersionError(self._schema, found, SCHEMA_VERSION)
@@ -538,3 +562,34 @@ def _seconds(value: object, argument: str) -> float | None:
 
 def _session_in_utc(conn: Connection[Any]) -> None:
     conn.execute("SET TimeZone TO 'UTC'")
+
+
+async def _session_in_utc_async(conn: AsyncConnection[Any]) -> None:
+    await conn.execute("SET TimeZone TO 'UTC'")
+
+
+@asynccontextmanager
+async def _opened(store: PostgresMemory, wait: float) -> AsyncIterator[None]:
+    # Opens the store's own pool, waiting for its first connection; closes
+    # the store, then the pool, on exit.
+    pool = store.pool
+    try:
+        try:
+            if isinstance(pool, AsyncConnectionPool):
+                await pool.open(wait=True, timeout=wait)
+            else:
+                await anyio.to_thread.run_sync(partial(pool.open, wait=True, timeout=wait))
+        except psycopg.Error as exc:
+            raise StoreUnavailableError(
+                "connect",
+                "no connection to the PostgreSQL server could be opened in time "
+                f"({type(exc).__name__})",
+                may_have_taken_effect=False,
+            ) from exc
+        async with store:
+            yield
+    finally:
+        if isinstance(pool, AsyncConnectionPool):
+            await pool.close()
+        else:
+            await anyio.to_thread.run_sync(pool.close)
