@@ -43,6 +43,19 @@ def command() -> str:
     return found
 
 
+# Where pytest started: coverage data of the command's processes is written there.
+_STARTED_IN = Path.cwd()
+
+
+def _environment() -> dict[str, str]:
+    environment = dict(os.environ)
+    if "COVERAGE_PROCESS_START" in environment:
+        # Under coverage, the command's processes report beside the test run's
+        # own data (and not into the folder whose files a test compares).
+        environment["COVERAGE_FILE"] = str(_STARTED_IN / ".coverage")
+    return environment
+
+
 def psych_memory(
     *args: str, cwd: Path, stdin: str | bytes | None = None, timeout: float = 300
 ) -> subprocess.CompletedProcess[str]:
@@ -57,6 +70,7 @@ def psych_memory(
         encoding="utf-8",
         timeout=timeout,
         check=False,
+        env=_environment(),
     )
 
 
@@ -279,6 +293,7 @@ def test_erase_on_a_terminal_asks_first(tmp_path: Path, answer: str, code: int) 
         asked = subprocess.run(
             [command(), "erase", "sqlite:///facts.db", "--tenant", "acme", "--user", "u1"],
             cwd=tmp_path, stdin=terminal, capture_output=True, text=True, timeout=300, check=False,
+            env=_environment(),
         )  # fmt: skip
     finally:
         os.close(terminal)
@@ -370,6 +385,7 @@ def test_migrate_killed_midway_resumes_with_nothing_lost_or_doubled(
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
+        env=_environment(),
     )
     assert process.stderr is not None
     # Killed once some end users are copied, without warning.
