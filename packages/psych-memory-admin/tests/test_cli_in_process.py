@@ -6,8 +6,10 @@ coverage; the script itself is exercised in test_cli_runs.py.
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import sys
 from pathlib import Path
 
 import anyio
@@ -147,3 +149,34 @@ def test_a_file_that_is_not_a_database_is_unavailable_in_one_line(
     assert captured.err.startswith("psych-memory: error: URL: open failed: ")
     assert "not a SQLite database" in captured.err
     assert captured.err.count("\n") == 1
+
+
+class Terminal(io.StringIO):
+    """Text that says it is a terminal, as a console's streams do."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_migrate_on_a_terminal_draws_a_bar_with_facts_per_second(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    seed("sqlite:///a.db", FACTS)
+    screen = Terminal()
+    monkeypatch.setattr(sys, "stderr", screen)
+    assert main(["migrate", "sqlite:///a.db", "sqlite:///b.db"]) == 0
+    drawn = screen.getvalue()
+    assert "copying" in drawn
+    assert "facts/s" in drawn
+    assert "4/4" in drawn
+
+
+@pytest.mark.parametrize(("answer", "code"), [("n\n", ExitCode.CANCELLED), ("y\n", ExitCode.DONE)])
+def test_erase_on_a_terminal_asks_first(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], answer: str, code: int
+) -> None:
+    seed("sqlite:///a.db", FACTS)
+    monkeypatch.setattr(sys, "stdin", Terminal(answer))
+    assert main(["erase", "sqlite:///a.db", "--tenant", "acme", "--user", "u1"]) == code
+    assert "Erase all 2 fact(s) of this end user from sqlite:///a.db?" in capsys.readouterr().out
+    assert len(facts_of("sqlite:///a.db", "acme", "u1")) == (2 if code else 0)
