@@ -211,3 +211,40 @@ def test_a_broken_export_is_refused_with_where_and_which_rule(
     with pytest.raises(ExportFormatError) as caught:
         parse_export(json.dumps(document))
     assert words in str(caught.value)
+
+
+HEADER_LINE = json.dumps(
+    {
+        "format": "psych-memory-export",
+        "version": 1,
+        "tenant": "acme",
+        "end_user_id": "u1",
+        "exported_at": "2026-03-02T00:00:00.000000Z",
+        "facts_count": 1,
+    }
+)
+FACT_LINE = '{"id": "a1", "content": "x", "created_at": "2026-03-01T12:00:00.000000Z"}'
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("[1]\n" + FACT_LINE, "line 1 must be the header object"),
+        (HEADER_LINE + "\n" + FACT_LINE + "\n" + FACT_LINE, "'facts_count' must be the number"),
+        (HEADER_LINE + "\n[]", "line 2 must be a JSON object"),
+        (HEADER_LINE + "\nnot json", "line 2 is not JSON"),
+        (HEADER_LINE.replace('"acme"', "7") + "\n" + FACT_LINE, "strings 'tenant'"),
+        (HEADER_LINE + "\n" + FACT_LINE.replace("2026-03-01", "2026-13-01"), "'created_at'"),
+        ("   \n ", "is empty"),
+    ],
+)
+def test_a_broken_json_lines_export_is_refused(text: str, words: str) -> None:
+    with pytest.raises(ExportFormatError) as caught:
+        parse_export(text)
+    assert words in str(caught.value)
+
+
+def test_a_json_lines_export_without_facts_is_its_header() -> None:
+    read = parse_export(HEADER_LINE.replace('"facts_count": 1', '"facts_count": 0'))
+    assert read.key == MemoryKey("acme", "u1")
+    assert read.facts == ()
