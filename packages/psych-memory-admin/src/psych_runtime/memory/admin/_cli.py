@@ -48,7 +48,15 @@ _URL_HELP: Final = "URL is a store URL: memory:, sqlite:///path, postgresql://..
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``psych-memory`` with ``argv`` (default: the process's) and return the exit code."""
+    """Run ``psych-memory`` with ``argv`` (default: the process's) and return the exit code.
+
+    What the console script runs, callable in-process. Output goes to the
+    process's standard output and error; nothing is raised: every failure
+    becomes one line on standard error and an `ExitCode`.
+
+    Returns:
+        The exit code, an `ExitCode` (``0`` when the command did what was asked).
+    """
     # Drivers log their retries; the command reports the outcome in its one line instead.
     logging.getLogger().addHandler(logging.NullHandler())
     try:
@@ -65,7 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _fail(" ".join(exc.format_message().split()))
         return ExitCode.USAGE
     except Exception as exc:  # noqa: BLE001 - the last line of defence, type only
-        _fail(f"unexpected failure ({type(exc).__qualname__}); nothing is known to have changed")
+        _fail(f"unexpected failure ({type(exc).__qualname__}); the outcome is unknown")
         return ExitCode.FAILED
     return result if isinstance(result, int) else ExitCode.DONE
 
