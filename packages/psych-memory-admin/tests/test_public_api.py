@@ -55,4 +55,4 @@ def test_the_console_script_is_main() -> None:
         if entry.group == "console_scripts"
     ]
     assert script.name == "psych-memory"
-    assert script.value == "psych_runtime.memory.admin._cli:run"
+    assert script.value == "psych_runtime.memory.admin._main:run"

@@ -7,13 +7,14 @@ it on exit. Backends register their schemes in the entry-point group
 this package imports no adapter itself.
 
 It also installs the operator's command ``psych-memory`` (export, import,
-erase, users, count, migrate); `main` runs it in-process and `ExitCode`
+erase, users, count, migrate) with the extra ``psych-memory-admin[cli]``;
+`main` runs it in-process and `ExitCode`
 lists what its exit status means.
 """
 
-from ._cli import main
 from ._errors import StoreBackendError, StoreUrlError, UnknownSchemeError
 from ._exit import ExitCode
+from ._main import main
 from ._open import ENTRY_POINT_GROUP, open_memory, store_schemes
 from ._url import redact_url
 from ._version import __version__ as __version__

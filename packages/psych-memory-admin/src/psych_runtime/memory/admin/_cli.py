@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
-from typing import Any, Final, NoReturn
+from typing import Any, Final
 
 import anyio
 import click
@@ -37,7 +37,7 @@ from ._stores import (
 from ._url import redact_url
 from ._version import __version__
 
-__all__ = ["main", "run"]
+__all__ = ["main"]
 
 PROG: Final = "psych-memory"
 RECEIPT_NAME: Final = "psych-memory-erasure-receipt"
@@ -48,15 +48,7 @@ _URL_HELP: Final = "URL is a store URL: memory:, sqlite:///path, postgresql://..
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``psych-memory`` with ``argv`` (default: the process's) and return the exit code.
-
-    What the console script runs, callable in-process. Output goes to the
-    process's standard output and error; nothing is raised: every failure
-    becomes one line on standard error and an `ExitCode`.
-
-    Returns:
-        The exit code, an `ExitCode` (``0`` when the command did what was asked).
-    """
+    """Run the command; see `psych_runtime.memory.admin.main`."""
     # Drivers log their retries; the command reports the outcome in its one line instead.
     logging.getLogger().addHandler(logging.NullHandler())
     try:
@@ -76,11 +68,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         _fail(f"unexpected failure ({type(exc).__qualname__}); the outcome is unknown")
         return ExitCode.FAILED
     return result if isinstance(result, int) else ExitCode.DONE
-
-
-def run() -> NoReturn:
-    """The console script's entry point."""
-    sys.exit(main())
 
 
 def _fail(message: str) -> None:
