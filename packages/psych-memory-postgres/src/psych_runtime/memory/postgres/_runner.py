@@ -28,7 +28,8 @@ from __future__ import annotations
 import asyncio
 import threading
 import weakref
-from collections.abc import Callable, Coroutine, Generator, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Generator, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import Any, Final, Generic, TypeAlias, TypeVar
 
@@ -229,7 +230,7 @@ class Runner:
             sent = False
             try:
                 for fresh in range(pool.max_size + 1):
-                    async with pool.connection() as conn:
+                    async with _connection_async(pool, replay=attempt > 1) as conn:
                         if fresh < pool.max_size and not _alive(conn.pgconn):
                             continue
                         holder.append(conn)
@@ -261,7 +262,7 @@ class Runner:
             sent = False
             try:
                 for fresh in range(pool.max_size + 1):
-                    with pool.connection() as conn:
+                    with _connection_sync(pool, replay=attempt > 1) as conn:
                         if fresh < pool.max_size and not _alive(conn.pgconn):
                             continue
                         holder.append(conn)
@@ -287,9 +288,12 @@ class Runner:
     def _failure(
         self, call: Call[Any], exc: psycopg.Error, progress: _Progress, *, broken: bool, sent: bool
     ) -> Exception:
+        # A read changes nothing, whatever became of it.
+        sent = sent and call.changes
         error = translate(call.operation, exc, broken=broken, sent=sent, schema=self._schema)
         if (
             progress.uncertain
+            and call.changes
             and isinstance(error, StoreUnavailableError)
             and not error.may_have_taken_effect
         ):
@@ -328,6 +332,48 @@ async def _settle(task: asyncio.Future[Any], progress: _Progress, *, stoppable: 
     if not task.cancelled():
         # Retrieved so asyncio does not report it as never seen.
         task.exception()
+
+
+# A replay runs on a connection opened for it, outside the pool: whatever
+# broke the first attempt (a failover, an operator terminating backends one
+# after another) may still be breaking the pool's other connections, which
+# were opened before it. Replays are rare; the extra connection lives for
+# one call.
+
+
+@asynccontextmanager
+async def _connection_async(
+    pool: AsyncConnectionPool[Any], *, replay: bool
+) -> AsyncIterator[AsyncConnection[Any]]:
+    settings = _settings(pool) if replay else None
+    if settings is None:
+        async with pool.connection() as conn:
+            yield conn
+        return
+    fresh = await AsyncConnection.connect(settings[0], **settings[1])
+    async with fresh:
+        yield fresh
+
+
+@contextmanager
+def _connection_sync(pool: ConnectionPool[Any], *, replay: bool) -> Iterator[Connection[Any]]:
+    settings = _settings(pool) if replay else None
+    if settings is None:
+        with pool.connection() as conn:
+            yield conn
+        return
+    fresh = Connection.connect(settings[0], **settings[1])
+    with fresh:
+        yield fresh
+
+
+def _settings(pool: Pool) -> tuple[str, dict[str, Any]] | None:
+    # The pool's connection settings, unless they are computed per
+    # connection (then the pool's own next connection is used).
+    conninfo, kwargs = pool.conninfo, pool.kwargs
+    if isinstance(conninfo, str) and isinstance(kwargs, dict | None):
+        return conninfo, dict(kwargs or {})
+    return None
 
 
 async def _converse_async(conn: AsyncConnection[Any], conversation: Conversation[_T]) -> _T:
