@@ -13,9 +13,11 @@ def test_all_is_exactly_the_public_api() -> None:
     assert sorted(admin.__all__) == sorted(
         [
             "ENTRY_POINT_GROUP",
+            "ExitCode",
             "StoreBackendError",
             "StoreUrlError",
             "UnknownSchemeError",
+            "main",
             "open_memory",
             "redact_url",
             "store_schemes",
@@ -42,3 +44,15 @@ def test_the_entry_point_group_is_the_shared_one() -> None:
 def test_every_public_callable_documents_what_it_raises() -> None:
     for function in (admin.open_memory, admin.redact_url):
         assert "Raises:" in (inspect.getdoc(function) or ""), function
+
+
+def test_the_console_script_is_main() -> None:
+    from importlib.metadata import distribution  # noqa: PLC0415
+
+    (script,) = [
+        entry
+        for entry in distribution("psych-memory-admin").entry_points
+        if entry.group == "console_scripts"
+    ]
+    assert script.name == "psych-memory"
+    assert script.value == "psych_runtime.memory.admin._main:run"

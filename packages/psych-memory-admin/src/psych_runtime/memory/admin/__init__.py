@@ -5,18 +5,27 @@
 it on exit. Backends register their schemes in the entry-point group
 ``psych_runtime.memory.stores``, so a third-party backend opens the same way;
 this package imports no adapter itself.
+
+It also installs the operator's command ``psych-memory`` (export, import,
+erase, users, count, migrate) with the extra ``psych-memory-admin[cli]``;
+`main` runs it in-process and `ExitCode`
+lists what its exit status means.
 """
 
 from ._errors import StoreBackendError, StoreUrlError, UnknownSchemeError
+from ._exit import ExitCode
+from ._main import main
 from ._open import ENTRY_POINT_GROUP, open_memory, store_schemes
 from ._url import redact_url
 from ._version import __version__ as __version__
 
 __all__ = [
     "ENTRY_POINT_GROUP",
+    "ExitCode",
     "StoreBackendError",
     "StoreUrlError",
     "UnknownSchemeError",
+    "main",
     "open_memory",
     "redact_url",
     "store_schemes",

@@ -1,0 +1,430 @@
+"""The ``psych-memory`` command: the operator's access, erasure and migration requests.
+
+Click parses the command line and draws the progress bar; anyio runs each
+command's async body on asyncio. Every failure ends in one line on standard
+error naming the argument and the rule, and an exit code from `ExitCode`.
+Only ``export`` prints the content of facts.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime
+from functools import partial
+from pathlib import Path
+from typing import Any, Final
+
+import anyio
+import click
+
+from ._exit import CommandError, ExitCode
+from ._format import Layout, parse_export, render_export, utc_text
+from ._migrate import Migration, Progress, migrate
+from ._stores import (
+    Scrubs,
+    checked_key,
+    checked_tenant,
+    held_prefix,
+    lister,
+    opened,
+    restorer,
+)
+from ._url import redact_url
+from ._version import __version__
+
+__all__ = ["main"]
+
+PROG: Final = "psych-memory"
+RECEIPT_NAME: Final = "psych-memory-erasure-receipt"
+RECEIPT_VERSION: Final = 1
+DEFAULT_JOBS: Final = 8
+
+_URL_HELP: Final = "URL is a store URL: memory:, sqlite:///path, postgresql://..."
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command; see `psych_runtime.memory.admin.main`."""
+    # Drivers log their retries; the command reports the outcome in its one line instead.
+    logging.getLogger().addHandler(logging.NullHandler())
+    try:
+        result = cli.main(
+            args=list(argv) if argv is not None else None, prog_name=PROG, standalone_mode=False
+        )
+    except CommandError as exc:
+        _fail(f"{exc.argument}: {exc.rule}")
+        return exc.code
+    except click.exceptions.Abort:
+        _fail("cancelled: nothing more was done")
+        return ExitCode.CANCELLED
+    except click.ClickException as exc:
+        _fail(" ".join(exc.format_message().split()))
+        return ExitCode.USAGE
+    except Exception as exc:  # noqa: BLE001 - the last line of defence, type only
+        _fail(f"unexpected failure ({type(exc).__qualname__}); the outcome is unknown")
+        return ExitCode.FAILED
+    return result if isinstance(result, int) else ExitCode.DONE
+
+
+def _fail(message: str) -> None:
+    click.echo(f"{PROG}: error: {message}", err=True)
+
+
+def _run(body: Callable[..., Awaitable[int]], *args: Any) -> int:
+    return anyio.run(partial(body, *args), backend="asyncio")
+
+
+@click.group(
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+    epilog="Exit codes: 0 done, 1 unexpected failure, 2 bad usage, 3 store unavailable, "
+    "4 no facts for that end user, 5 refused, 6 cancelled.",
+)
+@click.version_option(__version__, prog_name=PROG)
+def cli() -> None:
+    """Answer operators' requests about Psych memory stores.
+
+    Access and portability (export), erasure with a receipt (erase), listing and
+    counting (users, count), and moving facts between stores (migrate, import).
+    """
+
+
+_url = click.argument("url", metavar="URL")
+_tenant = click.option("--tenant", required=True, help="The tenant, exactly as stored.")
+_user = click.option("--user", "end_user", required=True, help="The end user, exactly as stored.")
+
+
+@cli.command(epilog=_URL_HELP)
+@_url
+@_tenant
+@_user
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write to this new file (readable by its owner only) instead of standard output.",
+)
+@click.option(
+    "--format",
+    "layout",
+    type=click.Choice(["json", "jsonl"]),
+    default="json",
+    show_default=True,
+    help="One JSON document, or JSON Lines (a header line, then one fact per line).",
+)
+def export(url: str, tenant: str, end_user: str, output: Path | None, layout: Layout) -> int:
+    """Print every fact of one end user, oldest first, in the documented export format."""
+    key = checked_key(tenant, end_user)
+    if output is not None and output.exists():
+        raise CommandError(
+            "--output", "names a file that exists already; name a new one", ExitCode.USAGE
+        )
+
+    async def body() -> int:
+        async with opened(url, "URL", must_exist=True) as store:
+            facts = await store.recall(key.tenant, key.end_user_id)
+        if not facts:
+            raise CommandError(
+                "--user",
+                "the store holds no facts for this end user of this tenant",
+                ExitCode.NOT_FOUND,
+            )
+        text = render_export(key, facts, datetime.now(UTC), layout)
+        if output is None:
+            click.echo(text, nl=False)
+        else:
+            _write_new(output, text)
+        return ExitCode.DONE
+
+    return _run(body)
+
+
+@cli.command("import", epilog=_URL_HELP)
+@_url
+@click.argument("file", metavar="FILE", type=click.Path(dir_okay=False, allow_dash=True))
+def import_(url: str, file: str) -> int:
+    """Restore an export into a store, with the facts' ids and times as they were.
+
+    FILE ('-' for standard input) is checked whole before anything is written.
+    The end user's facts already in the store must be the first facts of the
+    export (an earlier import), else nothing is written. Running it twice
+    writes nothing the second time.
+    """
+    try:
+        raw = sys.stdin.buffer.read() if file == "-" else Path(file).read_bytes()
+    except OSError as exc:
+        raise CommandError(
+            "FILE", f"cannot be read ({exc.strerror or type(exc).__name__})", ExitCode.USAGE
+        ) from None
+    try:
+        document = parse_export(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise CommandError("FILE", "is not UTF-8 text", ExitCode.USAGE) from None
+    except ValueError as exc:
+        raise CommandError("FILE", str(exc), ExitCode.USAGE) from None
+
+    async def body() -> int:
+        async with opened(url, "URL", must_exist=False) as store:
+            restores = restorer(store, "URL")
+            key = document.key
+            held = await store.recall(key.tenant, key.end_user_id)
+            if not held_prefix(document.facts, held):
+                raise CommandError(
+                    "URL",
+                    "this end user's facts in the store are not the first facts of the export "
+                    "(other ids, contents, times or order); nothing was written",
+                    ExitCode.REFUSED,
+                )
+            written = 0
+            for fact in document.facts[len(held) :]:
+                try:
+                    written += await restores.restore(fact)
+                except ValueError as exc:
+                    raise CommandError(
+                        "FILE", f"a fact was refused: {exc}", ExitCode.REFUSED
+                    ) from None
+        click.echo(
+            f"imported {written} fact(s); {len(document.facts) - written} of the "
+            f"{len(document.facts)} were there already"
+        )
+        return ExitCode.DONE
+
+    return _run(body)
+
+
+@cli.command(epilog=_URL_HELP)
+@_url
+@_tenant
+@_user
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation (required off a terminal).")
+@click.option("--json", "as_json", is_flag=True, help="Print the receipt as JSON.")
+def erase(url: str, tenant: str, end_user: str, yes: bool, as_json: bool) -> int:  # noqa: FBT001
+    """Delete every fact of one end user, for good, and print a receipt.
+
+    The receipt names the tenant, the end user, how many facts were deleted,
+    when (UTC) and in which store (without its password). For a store that
+    wipes deleted bytes (SQLite), it says whether the wipe is done.
+    """
+    key = checked_key(tenant, end_user)
+    if not yes and not sys.stdin.isatty():
+        raise CommandError(
+            "--yes", "is required when standard input is not a terminal", ExitCode.USAGE
+        )
+
+    async def body() -> int:
+        async with opened(url, "URL", must_exist=True) as store:
+            held = len(await store.recall(key.tenant, key.end_user_id))
+            if not held:
+                raise CommandError(
+                    "--user",
+                    "the store holds no facts for this end user of this tenant; nothing was erased",
+                    ExitCode.NOT_FOUND,
+                )
+            if not yes:
+                question = (
+                    f"Erase all {held} fact(s) of this end user from {redact_url(url)}? "
+                    "This cannot be undone."
+                )
+                if not await anyio.to_thread.run_sync(partial(click.confirm, question)):
+                    raise click.exceptions.Abort
+            deleted = await store.erase(key.tenant, key.end_user_id)
+            erased_at = datetime.now(UTC)
+            scrub: str | None = None
+            if isinstance(store, Scrubs):
+                scrub = "scrubbed" if await store.scrub() else "pending"
+        receipt: dict[str, object] = {
+            "receipt": RECEIPT_NAME,
+            "version": RECEIPT_VERSION,
+            "tenant": key.tenant,
+            "end_user_id": key.end_user_id,
+            "facts_deleted": deleted,
+            "erased_at": utc_text(erased_at),
+            "store": redact_url(url),
+            "scrub": scrub,
+        }
+        click.echo(
+            json.dumps(receipt, ensure_ascii=False, indent=2) if as_json else _receipt_text(receipt)
+        )
+        return ExitCode.DONE
+
+    return _run(body)
+
+
+def _receipt_text(receipt: dict[str, object]) -> str:
+    lines = [
+        "Erasure receipt",
+        f"tenant:         {receipt['tenant']}",
+        f"end user:       {receipt['end_user_id']}",
+        f"facts deleted:  {receipt['facts_deleted']}",
+        f"erased at:      {receipt['erased_at']} (UTC)",
+        f"store:          {receipt['store']}",
+    ]
+    if receipt["scrub"] == "scrubbed":
+        lines.append("deleted bytes:  scrubbed (none remain in the database file or its log)")
+    elif receipt["scrub"] == "pending":
+        lines.append(
+            "deleted bytes:  pending (another connection holds the log; the store wipes them "
+            "when it can)"
+        )
+    return "\n".join(lines)
+
+
+@cli.command(epilog=_URL_HELP)
+@_url
+@_tenant
+def users(url: str, tenant: str) -> int:
+    """List the end users of a tenant that have facts, one per line, sorted."""
+    name = checked_tenant(tenant)
+
+    async def body() -> int:
+        async with opened(url, "URL", must_exist=True) as store:
+            found = await lister(store, "URL").end_users(name)
+        for end_user in found:
+            click.echo(end_user)
+        return ExitCode.DONE
+
+    return _run(body)
+
+
+@cli.command(epilog=_URL_HELP)
+@_url
+@click.option("--tenant", help="Count this tenant's facts only.")
+@click.option("--user", "end_user", help="Count this end user's facts only (needs --tenant).")
+def count(url: str, tenant: str | None, end_user: str | None) -> int:
+    """Print how many facts the store holds: in all, for a tenant, or for one end user."""
+    if end_user is not None and tenant is None:
+        raise CommandError(
+            "--user", "needs --tenant: end users are counted within a tenant", ExitCode.USAGE
+        )
+    if tenant is not None:
+        key = checked_key(tenant, end_user if end_user is not None else "-")
+
+    async def body() -> int:
+        async with opened(url, "URL", must_exist=True) as store:
+            if tenant is not None and end_user is not None:
+                total = len(await store.recall(key.tenant, key.end_user_id))
+            else:
+                lists = lister(store, "URL")
+                tenants = (key.tenant,) if tenant is not None else await lists.tenants()
+                total = 0
+                for name in tenants:
+                    for user in await lists.end_users(name):
+                        total += len(await store.recall(name, user))
+        click.echo(str(total))
+        return ExitCode.DONE
+
+    return _run(body)
+
+
+@cli.command("migrate", epilog=_URL_HELP)
+@click.argument("from_url", metavar="FROM_URL")
+@click.argument("to_url", metavar="TO_URL")
+@click.option("--tenant", help="Copy this tenant's end users only.")
+@click.option(
+    "--jobs",
+    type=click.IntRange(1, 64),
+    default=DEFAULT_JOBS,
+    show_default=True,
+    help="End users copied at once (each one's facts strictly in order).",
+)
+@click.option(
+    "--verbose", is_flag=True, help="Print a line on standard error for each end user copied."
+)
+def migrate_(from_url: str, to_url: str, tenant: str | None, jobs: int, verbose: bool) -> int:  # noqa: FBT001
+    """Copy every fact of every end user from FROM_URL to TO_URL, keeping ids, times and order.
+
+    Safe to run again: facts already copied are left alone, so an interrupted
+    run resumes where it stopped and a finished one copies nothing. An end user
+    whose facts in TO_URL are not the first facts of the same end user in
+    FROM_URL is refused before anything is copied. Counts are checked at the end.
+    """
+    name = checked_tenant(tenant) if tenant is not None else None
+
+    async def body() -> int:
+        async with (
+            opened(from_url, "FROM_URL", must_exist=True) as source,
+            opened(to_url, "TO_URL", must_exist=False) as destination,
+        ):
+            with _progress(verbose=verbose) as shown:
+                done: Migration = await migrate(
+                    source, destination, name, jobs=jobs, progress=shown
+                )
+        if done.copied:
+            click.echo(
+                f"copied {done.copied} fact(s); {done.facts} fact(s) of {done.end_users} "
+                "end user(s) are now in both stores, counts checked"
+            )
+        else:
+            click.echo(
+                f"copied nothing: the destination already held all {done.facts} fact(s) of "
+                f"{done.end_users} end user(s), counts checked"
+            )
+        return ExitCode.DONE
+
+    return _run(body)
+
+
+class _Shown(Progress):
+    """A click progress bar with facts per second on a terminal; lines with --verbose."""
+
+    def __init__(self, *, bar: bool, verbose: bool) -> None:
+        self._bar_wanted = bar
+        self._verbose = verbose
+        self._bar: Any = None
+        self._started = time.monotonic()
+        self._done = 0
+        self._keys = 0
+
+    def planned(self, facts: int) -> None:
+        self._started = time.monotonic()
+        if self._bar_wanted and facts:
+            self._bar = click.progressbar(
+                length=facts,
+                label="copying",
+                file=sys.stderr,
+                show_pos=True,
+                item_show_func=lambda rate: rate,
+            )
+            self._bar.__enter__()
+
+    def copied(self, facts: int) -> None:
+        self._done += facts
+        if self._bar is not None:
+            elapsed = max(time.monotonic() - self._started, 1e-9)
+            self._bar.update(facts, f"{self._done / elapsed:,.0f} facts/s")
+
+    def finished_key(self) -> None:
+        self._keys += 1
+        if self._verbose:
+            click.echo(f"end users done: {self._keys}; facts copied: {self._done}", err=True)
+
+    def __enter__(self) -> _Shown:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        if self._bar is not None:
+            self._bar.__exit__(None, None, None)
+
+
+def _progress(*, verbose: bool) -> _Shown:
+    return _Shown(bar=sys.stderr.isatty(), verbose=verbose)
+
+
+def _write_new(path: Path, text: str) -> None:
+    try:
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError as exc:
+        raise CommandError(
+            "--output", f"cannot be created ({exc.strerror})", ExitCode.USAGE
+        ) from None
+    try:
+        with os.fdopen(descriptor, "w", encoding="utf-8") as stream:
+            stream.write(text)
+    except OSError as exc:
+        path.unlink(missing_ok=True)
+        raise CommandError(
+            "--output", f"cannot be written ({exc.strerror})", ExitCode.USAGE
+        ) from None

@@ -1,0 +1,498 @@
+"""The installed ``psych-memory`` command, run as a real process against real stores.
+
+Against a SQLite file and the PostgreSQL server of ``PSYCH_MEMORY_TEST_POSTGRES_DSN``
+(skipped without one, failed under ``CI=true``). Each PostgreSQL test uses a
+schema of its own. ``PSYCH_MEMORY_TEST_MIGRATE_FACTS`` sets how many facts the
+round-trip migration moves (default 3,000, so that the suite stays quick on
+every Python; the operator's page reports a run with 100,000).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import anyio
+import pytest
+
+from psych_runtime.memory.admin import open_memory, store_schemes
+from psych_runtime.memory.port import ListsEndUsers, Memory
+
+Snapshot = dict[tuple[str, str], tuple[Memory, ...]]
+
+
+def unavailable(message: str) -> None:
+    """Skip on a developer's machine; fail under CI=true, where it means a broken setup."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def command() -> str:
+    """The installed console script, beside this Python or on the PATH."""
+    beside = Path(sys.executable).parent / "psych-memory"
+    found = str(beside) if beside.exists() else shutil.which("psych-memory")
+    if found is None:
+        pytest.fail("the console script psych-memory is not installed")
+    return found
+
+
+# Where pytest started: coverage data of the command's processes is written there.
+_STARTED_IN = Path.cwd()
+
+
+def _environment() -> dict[str, str]:
+    environment = dict(os.environ)
+    if "COVERAGE_PROCESS_START" in environment:
+        # Under coverage, the command's processes report beside the test run's
+        # own data (and not into the folder whose files a test compares).
+        environment["COVERAGE_FILE"] = str(_STARTED_IN / ".coverage")
+    return environment
+
+
+def psych_memory(
+    *args: str, cwd: Path, stdin: str | bytes | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """Run the installed command to its end; never through a shell."""
+    data = stdin.decode() if isinstance(stdin, bytes) else stdin
+    return subprocess.run(
+        [command(), *args],
+        cwd=cwd,
+        input=data if data is not None else "",
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        timeout=timeout,
+        check=False,
+        env=_environment(),
+    )
+
+
+def require_schemes(*schemes: str) -> None:
+    """Skip (fail under CI) unless the backends of these schemes are installed."""
+    missing = [scheme for scheme in schemes if scheme not in store_schemes()]
+    if missing:
+        unavailable(f"no installed backend registers {', '.join(missing)}")
+
+
+def seed(url: str, facts: Sequence[tuple[str, str, str]]) -> None:
+    """Remember ``(tenant, end_user, content)`` facts in the store at ``url``, in order."""
+
+    async def write() -> None:
+        async with open_memory(url) as store:
+            for tenant, end_user, content in facts:
+                await store.remember(tenant, end_user, content)
+
+    anyio.run(write)
+
+
+def snapshot(url: str) -> Snapshot:
+    """Every key's facts, in order: what a test compares before and after."""
+
+    async def read() -> Snapshot:
+        async with open_memory(url) as store:
+            assert isinstance(store, ListsEndUsers)
+            found: Snapshot = {}
+            for tenant in await store.tenants():
+                for end_user in await store.end_users(tenant):
+                    found[tenant, end_user] = await store.recall(tenant, end_user)
+            return found
+
+    return anyio.run(read)
+
+
+def one_error_line(stderr: str, *names: str) -> str:
+    """The single error line of a failed run, naming ``names``."""
+    lines = stderr.splitlines()
+    assert len(lines) == 1, stderr
+    (line,) = lines
+    assert line.startswith("psych-memory: error: "), line
+    for name in names:
+        assert name in line, (name, line)
+    return line
+
+
+MIGRATE_FACTS = int(os.environ.get("PSYCH_MEMORY_TEST_MIGRATE_FACTS", "3000"))
+SECRET = "Zq8-s3cret"  # noqa: S105 - made up, to look for in what is shown
+ERASED_TEXT = "lives at Kastanienallee 77, door code 4711"
+
+
+@pytest.fixture(autouse=True)
+def _sqlite_here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Relative sqlite: URLs name the same file here and in the command.
+    require_schemes("sqlite")
+    monkeypatch.chdir(tmp_path)
+
+
+def pg_url(dsn: str, schema: str, **options: str) -> str:
+    query = "&".join(f"{name}={value}" for name, value in {"schema": schema, **options}.items())
+    return f"{dsn}{'&' if '?' in dsn else '?'}{query}"
+
+
+def assert_same_facts(one: Snapshot, other: Snapshot) -> None:
+    """Every key, every fact: the same ids, contents, times, in the same order."""
+    assert one.keys() == other.keys()
+    for key, facts in one.items():
+        copies = other[key]
+        assert [(f.id, f.content, f.created_at) for f in facts] == [
+            (f.id, f.content, f.created_at) for f in copies
+        ], key
+
+
+MIXED = [
+    ("acme", "u1", "ships to Berlin"),
+    ("acme", "u1", "two lines\nand a\ttab, ünïcødé ✓"),
+    ("acme", "u2", "pays by invoice"),
+    ("acme", "u1", "prefers email"),
+    ("globex", "u1", "another tenant's fact"),
+]
+
+
+# Export and import.
+
+
+@pytest.mark.parametrize("layout", ["json", "jsonl"])
+def test_export_then_import_round_trips_exactly(tmp_path: Path, layout: str) -> None:
+    seed("sqlite:///source.db", MIXED)
+    exported = psych_memory(
+        "export", "sqlite:///source.db", "--tenant", "acme", "--user", "u1",
+        "--format", layout, "-o", "u1.export", cwd=tmp_path,
+    )  # fmt: skip
+    assert exported.returncode == 0, exported.stderr
+    assert exported.stdout == ""
+    assert (tmp_path / "u1.export").stat().st_mode & 0o077 == 0
+    imported = psych_memory("import", "sqlite:///copy.db", "u1.export", cwd=tmp_path)
+    assert imported.returncode == 0, imported.stderr
+    assert "imported 3 fact(s)" in imported.stdout
+    source = snapshot(f"sqlite:///{tmp_path / 'source.db'}")
+    copy = snapshot(f"sqlite:///{tmp_path / 'copy.db'}")
+    assert_same_facts({("acme", "u1"): source["acme", "u1"]}, copy)
+    # Exported again from the copy: the same document, but for the time of export.
+    again = psych_memory(
+        "export", "sqlite:///copy.db", "--tenant", "acme", "--user", "u1", "--format", layout,
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    first = (tmp_path / "u1.export").read_text(encoding="utf-8")
+    assert _without_export_time(again.stdout, layout) == _without_export_time(first, layout)
+    # Importing twice writes nothing more.
+    twice = psych_memory("import", "sqlite:///copy.db", "u1.export", cwd=tmp_path)
+    assert twice.returncode == 0, twice.stderr
+    assert "imported 0 fact(s); 3 of the 3 were there already" in twice.stdout
+    assert_same_facts(copy, snapshot(f"sqlite:///{tmp_path / 'copy.db'}"))
+
+
+def _without_export_time(text: str, layout: str) -> list[dict[str, object]]:
+    lines = [text] if layout == "json" else text.splitlines()
+    documents: list[dict[str, object]] = [json.loads(line) for line in lines]
+    for document in documents:
+        document.pop("exported_at", None)
+    return documents
+
+
+def test_export_to_postgres_and_back_round_trips(
+    tmp_path: Path, postgres_url: str, pg_schema: str
+) -> None:
+    require_schemes("postgresql")
+    seed("sqlite:///source.db", MIXED)
+    exported = psych_memory(
+        "export", "sqlite:///source.db", "--tenant", "acme", "--user", "u1", cwd=tmp_path
+    )
+    assert exported.returncode == 0, exported.stderr
+    document = json.loads(exported.stdout)
+    assert [fact["content"] for fact in document["facts"]] == [
+        "ships to Berlin", "two lines\nand a\ttab, ünïcødé ✓", "prefers email"
+    ]  # fmt: skip
+    url = pg_url(postgres_url, pg_schema)
+    imported = psych_memory("import", url, "-", cwd=tmp_path, stdin=exported.stdout)
+    assert imported.returncode == 0, imported.stderr
+    source = snapshot(f"sqlite:///{tmp_path / 'source.db'}")
+    assert_same_facts({("acme", "u1"): source["acme", "u1"]}, snapshot(url))
+
+
+# Erase.
+
+
+def test_erase_leaves_none_of_the_erased_text_in_the_sqlite_files(tmp_path: Path) -> None:
+    seed("sqlite:///facts.db", [("acme", "u1", ERASED_TEXT), *MIXED])
+    before = snapshot(f"sqlite:///{tmp_path / 'facts.db'}")
+    erased = psych_memory(
+        "erase", "sqlite:///facts.db", "--tenant", "acme", "--user", "u1", "--yes", "--json",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert erased.returncode == 0, erased.stderr
+    receipt = json.loads(erased.stdout)
+    assert receipt["receipt"] == "psych-memory-erasure-receipt"
+    assert receipt["version"] == 1
+    assert (receipt["tenant"], receipt["end_user_id"]) == ("acme", "u1")
+    assert receipt["facts_deleted"] == 4
+    assert receipt["store"] == "sqlite:///facts.db"
+    assert receipt["scrub"] == "scrubbed"
+    erased_at = datetime.fromisoformat(receipt["erased_at"])
+    assert erased_at.utcoffset() == timedelta(0)
+    assert abs(datetime.now(UTC) - erased_at) < timedelta(minutes=5)
+    for path in tmp_path.glob("facts.db*"):
+        data = path.read_bytes()
+        for text in (ERASED_TEXT, "ships to Berlin", "prefers email"):
+            assert text.encode() not in data, (path.name, text)
+    after = snapshot(f"sqlite:///{tmp_path / 'facts.db'}")
+    del before["acme", "u1"]
+    assert_same_facts(before, after)
+
+
+def test_erase_receipt_as_text_shows_no_password_and_no_fact(
+    tmp_path: Path, postgres_url: str, pg_schema: str
+) -> None:
+    require_schemes("postgresql")
+    url = pg_url(postgres_url, pg_schema)
+    seed(url, MIXED)
+    head, _, rest = url.partition("://")
+    user_info, at, host = rest.rpartition("@")
+    with_password = (
+        f"{head}://{user_info.partition(':')[0] or 'postgres'}:{SECRET}@{host if at else rest}"
+    )
+    erased = psych_memory(
+        "erase", with_password, "--tenant", "acme", "--user", "u1", "--yes", cwd=tmp_path
+    )
+    assert erased.returncode == 0, erased.stderr
+    lines = erased.stdout.splitlines()
+    assert lines[0] == "Erasure receipt"
+    assert "facts deleted:  3" in lines
+    assert any(line.startswith("store:") and ":***@" in line for line in lines)
+    assert SECRET not in erased.stdout + erased.stderr
+    assert "ships to Berlin" not in erased.stdout
+    assert not any(line.startswith("deleted bytes:") for line in lines)  # PostgreSQL: no scrub
+    assert ("acme", "u1") not in snapshot(url)
+
+
+def test_erase_off_a_terminal_needs_yes_and_changes_nothing(tmp_path: Path) -> None:
+    seed("sqlite:///facts.db", MIXED)
+    before = snapshot(f"sqlite:///{tmp_path / 'facts.db'}")
+    refused = psych_memory(
+        "erase", "sqlite:///facts.db", "--tenant", "acme", "--user", "u1", cwd=tmp_path, stdin="y\n"
+    )
+    assert refused.returncode == 2
+    one_error_line(refused.stderr, "--yes")
+    assert_same_facts(before, snapshot(f"sqlite:///{tmp_path / 'facts.db'}"))
+
+
+@pytest.mark.parametrize(("answer", "code"), [("n", 6), ("y", 0)])
+def test_erase_on_a_terminal_asks_first(tmp_path: Path, answer: str, code: int) -> None:
+    seed("sqlite:///facts.db", MIXED)
+    before = snapshot(f"sqlite:///{tmp_path / 'facts.db'}")
+    controller, terminal = os.openpty()
+    try:
+        # The answer waits in the terminal's buffer until the prompt reads it.
+        os.write(controller, f"{answer}\n".encode())
+        asked = subprocess.run(
+            [command(), "erase", "sqlite:///facts.db", "--tenant", "acme", "--user", "u1"],
+            cwd=tmp_path, stdin=terminal, capture_output=True, text=True, timeout=300, check=False,
+            env=_environment(),
+        )  # fmt: skip
+    finally:
+        os.close(terminal)
+        os.close(controller)
+    assert asked.returncode == code, asked.stderr
+    assert asked.stdout.startswith("Erase all 3 fact(s) of this end user from sqlite:///facts.db?")
+    after = snapshot(f"sqlite:///{tmp_path / 'facts.db'}")
+    if answer == "n":
+        one_error_line(asked.stderr, "cancelled")
+        assert_same_facts(before, after)
+    else:
+        assert "Erasure receipt" in asked.stdout
+        assert ("acme", "u1") not in after
+
+
+# Users and count.
+
+
+def test_users_and_count(tmp_path: Path) -> None:
+    seed("sqlite:///facts.db", MIXED)
+    users = psych_memory("users", "sqlite:///facts.db", "--tenant", "acme", cwd=tmp_path)
+    assert (users.returncode, users.stdout) == (0, "u1\nu2\n")
+    for args, expected in [
+        ((), "5"),
+        (("--tenant", "acme"), "4"),
+        (("--tenant", "acme", "--user", "u1"), "3"),
+        (("--tenant", "nobody"), "0"),
+    ]:
+        counted = psych_memory("count", "sqlite:///facts.db", *args, cwd=tmp_path)
+        assert (counted.returncode, counted.stdout) == (0, f"{expected}\n"), args
+
+
+# Migrate.
+
+
+def seed_many(url: str, facts: int, end_users: int) -> None:
+    """``facts`` facts spread over ``end_users`` keys of two tenants, interleaved."""
+    seed(
+        url,
+        [
+            (f"tenant-{n % 2}", f"user-{n % end_users:05d}", f"fact number {n} ✓")
+            for n in range(facts)
+        ],
+    )
+
+
+def test_migrate_sqlite_to_postgres_and_back_keeps_every_id_order_and_time(
+    tmp_path: Path, postgres_url: str, pg_schema: str
+) -> None:
+    require_schemes("postgresql")
+    source = "sqlite:///source.db?durability=normal"
+    seed_many(source, MIGRATE_FACTS, end_users=max(1, MIGRATE_FACTS // 100))
+    postgres = pg_url(postgres_url, pg_schema)
+    there = psych_memory("migrate", source, postgres, cwd=tmp_path)
+    assert there.returncode == 0, there.stderr
+    assert there.stdout.startswith(f"copied {MIGRATE_FACTS} fact(s)")
+    assert there.stderr == ""  # not a terminal: no progress bar
+    back = psych_memory("migrate", postgres, "sqlite:///back.db?durability=normal", cwd=tmp_path)
+    assert back.returncode == 0, back.stderr
+    original = snapshot(f"sqlite:///{tmp_path / 'source.db'}")
+    assert sum(len(facts) for facts in original.values()) == MIGRATE_FACTS
+    assert_same_facts(original, snapshot(postgres))
+    assert_same_facts(original, snapshot(f"sqlite:///{tmp_path / 'back.db'}"))
+    again = psych_memory("migrate", source, postgres, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.startswith("copied nothing")
+
+
+def test_migrate_one_tenant_only(tmp_path: Path) -> None:
+    seed("sqlite:///source.db", MIXED)
+    moved = psych_memory(
+        "migrate", "sqlite:///source.db", "sqlite:///dest.db", "--tenant", "globex", cwd=tmp_path
+    )
+    assert moved.returncode == 0, moved.stderr
+    assert list(snapshot(f"sqlite:///{tmp_path / 'dest.db'}")) == [("globex", "u1")]
+
+
+def test_migrate_killed_midway_resumes_with_nothing_lost_or_doubled(
+    tmp_path: Path, postgres_url: str, pg_schema: str
+) -> None:
+    require_schemes("postgresql")
+    source = "sqlite:///source.db?durability=normal"
+    seed_many(source, 2000, end_users=40)
+    postgres = pg_url(postgres_url, pg_schema)
+    process = subprocess.Popen(
+        [command(), "migrate", source, postgres, "--jobs", "1", "--verbose"],
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_environment(),
+    )
+    assert process.stderr is not None
+    # Killed once some end users are copied, without warning.
+    for _ in range(5):
+        assert process.stderr.readline().startswith("end users done:")
+    process.kill()
+    process.wait()
+    process.stderr.close()
+    original = snapshot(f"sqlite:///{tmp_path / 'source.db'}")
+    partial = snapshot(postgres)
+    assert 5 <= len(partial) < len(original)
+    resumed = psych_memory("migrate", source, postgres, cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    copied = int(resumed.stdout.split()[1])
+    assert copied == 2000 - sum(len(facts) for facts in partial.values())
+    assert_same_facts(original, snapshot(postgres))
+
+
+def test_migrate_refuses_a_destination_holding_other_facts_and_copies_nothing(
+    tmp_path: Path,
+) -> None:
+    seed("sqlite:///source.db", MIXED)
+    seed("sqlite:///dest.db", [("acme", "u2", "a fact only the destination holds")])
+    before = snapshot(f"sqlite:///{tmp_path / 'dest.db'}")
+    refused = psych_memory("migrate", "sqlite:///source.db", "sqlite:///dest.db", cwd=tmp_path)
+    assert refused.returncode == 5
+    line = one_error_line(refused.stderr, "TO_URL", "1 end user(s)")
+    assert "destination holds" not in line
+    assert_same_facts(before, snapshot(f"sqlite:///{tmp_path / 'dest.db'}"))
+
+
+# Bad input: a clear message, a non-zero exit, nothing changed.
+
+
+HEADER = (
+    '{"format": "psych-memory-export", "version": 1, "tenant": "acme", "end_user_id": "u9", '
+    '"exported_at": "2026-01-01T00:00:00.000000Z"'
+)
+BAD_JSON = [
+    ("not json", "{not json", "FILE", "is not JSON"),
+    ("empty", "", "FILE", "is empty"),
+    ("a list", "[]", "FILE", "JSON object"),
+    ("another version", HEADER.replace('"version": 1', '"version": 2') + ', "facts": []}',
+     "FILE", "'version': 1"),
+    ("a bad line", HEADER + ', "facts_count": 1}\n{"id": "a1", "content": "x", "crea',
+     "FILE", "line 2 is not JSON"),
+    ("a bad id", HEADER + ', "facts": [{"id": "no spaces allowed", "content": "x", '
+     '"created_at": "2026-01-01T00:00:00.000000Z"}]}', "FILE", "memory.id"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("text", "argument", "words"), [case[1:] for case in BAD_JSON],
+                         ids=[case[0] for case in BAD_JSON])  # fmt: skip
+def test_a_bad_import_file_is_refused_and_changes_nothing(
+    tmp_path: Path, text: str, argument: str, words: str
+) -> None:
+    seed("sqlite:///facts.db", MIXED)
+    before = snapshot(f"sqlite:///{tmp_path / 'facts.db'}")
+    (tmp_path / "bad.json").write_text(text, encoding="utf-8")
+    refused = psych_memory("import", "sqlite:///facts.db", "bad.json", cwd=tmp_path)
+    assert refused.returncode == 2
+    one_error_line(refused.stderr, argument, words)
+    assert_same_facts(before, snapshot(f"sqlite:///{tmp_path / 'facts.db'}"))
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "names"),
+    [
+        (("export", "nosuchscheme:x", "--tenant", "acme", "--user", "u1"), 2, ("URL", "scheme")),
+        (("users", "nosuchscheme:x", "--tenant", "acme"), 2, ("URL", "scheme")),
+        (("migrate", "sqlite:///facts.db", "nosuchscheme:x"), 2, ("TO_URL", "scheme")),
+        (("export", "sqlite:///facts.db", "--tenant", "acme", "--user", "nobody"), 4, ("--user",)),
+        (("erase", "sqlite:///facts.db", "--tenant", "acme", "--user", "nobody", "--yes"), 4,
+         ("--user",)),
+        (("erase", "sqlite:///facts.db", "--tenant", " acme", "--user", "u1", "--yes"), 2,
+         ("--tenant",)),
+        (("export", "sqlite:///nothere.db", "--tenant", "acme", "--user", "u1"), 2,
+         ("URL", "does not exist")),
+        (("export", "sqlite:///facts.db", "--tenant", "acme"), 2, ("--user",)),
+        (("import", "sqlite:///facts.db", "missing.json"), 2, ("FILE",)),
+        (("import", "sqlite:///facts.db", "."), 2, ("FILE",)),
+        (("count", "sqlite:///facts.db", "--user", "u1"), 2, ("--user", "--tenant")),
+        (("migrate", "sqlite:///facts.db", "memory:", "--jobs", "0"), 2, ("--jobs",)),
+        (("export", "sqlite:///facts.db?colour=blue", "--tenant", "acme", "--user", "u1"), 2,
+         ("URL", "option")),
+    ],
+)  # fmt: skip
+def test_bad_input_exits_non_zero_with_one_clear_line_and_changes_nothing(
+    tmp_path: Path, args: tuple[str, ...], code: int, names: tuple[str, ...]
+) -> None:
+    seed("sqlite:///facts.db", MIXED)
+    before = snapshot(f"sqlite:///{tmp_path / 'facts.db'}")
+    files = sorted(path.name for path in tmp_path.iterdir())
+    refused = psych_memory(*args, cwd=tmp_path)
+    assert refused.returncode == code, refused.stderr
+    assert refused.stdout == ""
+    one_error_line(refused.stderr, *names)
+    assert "ships to Berlin" not in refused.stderr
+    assert sorted(path.name for path in tmp_path.iterdir()) == files
+    assert_same_facts(before, snapshot(f"sqlite:///{tmp_path / 'facts.db'}"))
+
+
+def test_an_unreachable_server_exits_with_store_unavailable(tmp_path: Path) -> None:
+    require_schemes("postgresql")
+    refused = psych_memory(
+        "count", f"postgresql://postgres:{SECRET}@127.0.0.1:1/none?pool_timeout=2", cwd=tmp_path
+    )
+    assert refused.returncode == 3, refused.stderr
+    one_error_line(refused.stderr, "URL")
+    assert SECRET not in refused.stderr
