@@ -463,8 +463,9 @@ class PostgresMemory(MemoryStore):
         """Store ``memory`` as given (id, key, content, time), after the key's facts.
 
         See `RestoresFacts.restore`. A restored id must be free in the whole
-        store, every tenant included. Replayed on a fresh connection if the connection breaks; a replay
-        that finds the first attempt's row answers ``False``.
+        store, every tenant included. Replayed on a fresh connection if the
+        connection breaks; a replay that finds the first attempt's row
+        answers ``False``.
 
         Returns:
             ``True`` if stored; ``False`` if this key already holds that
