@@ -8,6 +8,7 @@ maker do: as programs, reading the repository they are pointed at.
 from __future__ import annotations
 
 import datetime
+import os
 import subprocess
 import sys
 import textwrap
@@ -117,12 +118,20 @@ class Repo:
 
 
 def run(script: Path, repo: Repo, *arguments: str) -> subprocess.CompletedProcess[str]:
+    # Under a coverage run, every Python started below would write its data
+    # file into the repository under test, which then has uncommitted files.
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if name not in ("COVERAGE_PROCESS_START", "COVERAGE_PROCESS_CONFIG")
+    }
     return subprocess.run(
         [sys.executable, str(script), "--root", str(repo.root), *arguments],
         capture_output=True,
         text=True,
         check=False,
         timeout=120,
+        env=env,
     )
 
 
