@@ -101,7 +101,7 @@ def test_import_refuses_an_id_another_fact_holds(capsys: pytest.CaptureFixture[s
     Path("u7.json").write_text(json.dumps(document), encoding="utf-8")
     # The same ids, for another end user, in the store that holds them.
     assert main(["import", "sqlite:///a.db", "u7.json"]) == ExitCode.REFUSED
-    assert "FILE: a fact was refused: memory.id" in capsys.readouterr().err
+    assert "FILE: a fact was refused: memories[0].id" in capsys.readouterr().err
     assert facts_of("sqlite:///a.db", "acme", "u7") == ()
 
 
@@ -137,7 +137,7 @@ def test_migrate_refuses_an_id_taken_in_the_destination(capsys: pytest.CaptureFi
     assert main(["import", "sqlite:///b.db", "u0.json"]) == 0
     capsys.readouterr()
     assert main(["migrate", "sqlite:///a.db", "sqlite:///b.db", "--jobs", "1"]) == ExitCode.REFUSED
-    assert "TO_URL: refused a fact: memory.id" in capsys.readouterr().err
+    assert "TO_URL: refused a fact: memories[0].id" in capsys.readouterr().err
 
 
 def test_a_file_that_is_not_a_database_is_unavailable_in_one_line(

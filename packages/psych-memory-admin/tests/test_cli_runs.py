@@ -376,7 +376,9 @@ def test_migrate_killed_midway_resumes_with_nothing_lost_or_doubled(
 ) -> None:
     require_schemes("postgresql")
     source = "sqlite:///source.db?durability=normal"
-    seed_many(source, 2000, end_users=40)
+    # Three calls' worth of facts at --jobs 1, each call a whole number of
+    # end users: the kill lands after the first and before the last.
+    seed_many(source, 6000, end_users=60)
     postgres = pg_url(postgres_url, pg_schema)
     process = subprocess.Popen(
         [command(), "migrate", source, postgres, "--jobs", "1", "--verbose"],
@@ -400,7 +402,7 @@ def test_migrate_killed_midway_resumes_with_nothing_lost_or_doubled(
     resumed = psych_memory("migrate", source, postgres, cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     copied = int(resumed.stdout.split()[1])
-    assert copied == 2000 - sum(len(facts) for facts in partial.values())
+    assert copied == 6000 - sum(len(facts) for facts in partial.values())
     assert_same_facts(original, snapshot(postgres))
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import os
 import threading
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -412,7 +412,7 @@ class WithoutCapabilities(InProcessMemory):
 
     __slots__ = ()
     # None withdraws a protocol method, as the typing module's checks agree.
-    tenants = end_users = restore = None  # type: ignore[assignment]
+    tenants = end_users = restore = restore_many = None  # type: ignore[assignment]
 
 
 class Listing(InProcessMemory):
@@ -437,6 +437,26 @@ class Listing(InProcessMemory):
                     raise InvalidInputError("memory.id", "is taken by another fact")
             self._facts.setdefault(memory.key, {})[memory.id] = memory
         return True
+
+    async def restore_many(self, memories: Iterable[Memory]) -> int:
+        given = tuple(memories)
+        with self._lock:
+            saved = {key: dict(facts) for key, facts in self._facts.items()}
+        try:
+            return sum([await self.restore(memory) for memory in given])
+        except InvalidInputError:
+            with self._lock:
+                self._facts = saved
+            raise
+
+
+class RestoresPartOfABatch(Listing):
+    """Stores a batch's facts one by one, keeping those before a refused one."""
+
+    __slots__ = ()
+
+    async def restore_many(self, memories: Iterable[Memory]) -> int:
+        return sum([await self.restore(memory) for memory in memories])
 
 
 class ListsCaseInsensitively(Listing):
@@ -541,6 +561,12 @@ class RestoreAnswersTrueAgain(Listing):
             11,
             "restore of the same fact again returned True, not False",
         ),
+        (
+            RestoresPartOfABatch,
+            "test_rule11_restore_many_refuses_a_batch_whole",
+            11,
+            "a refused restore_many of a batch with a taken id at its end stored some",
+        ),
     ],
 )
 async def test_a_broken_lifecycle_failure_or_capability_is_named(  # noqa: PLR0917 - parametrized.
@@ -564,6 +590,8 @@ async def test_a_broken_lifecycle_failure_or_capability_is_named(  # noqa: PLR09
         "test_rule10_end_users_refuses_an_invalid_scope",
         "test_rule11_restored_facts_keep_id_content_time_and_order",
         "test_rule11_restoring_again_changes_nothing_and_a_taken_id_is_refused",
+        "test_rule11_restore_many_keeps_order_and_skips_held_facts",
+        "test_rule11_restore_many_refuses_a_batch_whole",
     ],
 )
 async def test_capability_checks_pass_a_capable_store(

@@ -39,7 +39,9 @@ def test_all_is_exactly_the_public_api() -> None:
             "validate_key_part",
             "validate_limit",
             "validate_memory_id",
+            "validate_restored",
             "validate_restored_id",
+            "validate_restored_many",
         ]
     )
     for name in port.__all__:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from datetime import UTC
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 from uuid import UUID, uuid4
 
@@ -46,6 +46,8 @@ _content = st.text(
     min_size=1,
     max_size=300,
 ).filter(lambda text: not text.isspace())
+
+_AT = datetime(2024, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)
 
 
 async def test_ids_are_128_random_bits_in_hex_unique_across_keys(store: PostgresMemory) -> None:
@@ -370,3 +372,36 @@ async def test_a_restored_id_taken_in_another_tenant_is_refused(store: PostgresM
     assert caught.value.argument == "memory.id"
     assert await store.recall("globex", "user-1") == ()
     assert await store.restore(fact) is False
+
+
+async def test_concurrent_restores_of_one_batch_store_each_fact_once(
+    store: PostgresMemory,
+) -> None:
+    # The tasks race on the same ids: every insert but one finds its row
+    # taken and must judge it again instead of refusing or counting it.
+    batch = [
+        Memory(f"raced-{index}", MemoryKey("acme", "user-1"), f"fact {index}", _AT)
+        for index in range(40)
+    ]
+    counts: list[int] = []
+
+    async def restore() -> None:
+        counts.append(await store.restore_many(batch))
+
+    async with anyio.create_task_group() as group:
+        for _ in range(8):
+            group.start_soon(restore)
+    assert sum(counts) == len(batch)
+    assert await store.recall("acme", "user-1") == tuple(batch)
+
+
+async def test_a_batch_with_a_taken_id_in_another_tenant_stores_nothing(
+    store: PostgresMemory,
+) -> None:
+    fact = await store.remember("acme", "user-1", "likes tea")
+    fresh = Memory("fresh-1", MemoryKey("globex", "user-1"), "fresh", _AT)
+    taken = Memory(fact.id, MemoryKey("globex", "user-1"), "likes tea", fact.created_at)
+    with pytest.raises(InvalidInputError) as caught:
+        await store.restore_many([fresh, taken])
+    assert caught.value.argument == "memories[1].id"
+    assert await store.recall("globex", "user-1") == ()

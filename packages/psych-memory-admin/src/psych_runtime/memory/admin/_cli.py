@@ -178,14 +178,11 @@ def import_(url: str, file: str) -> int:
                     "(other ids, contents, times or order); nothing was written",
                     ExitCode.REFUSED,
                 )
-            written = 0
-            for fact in document.facts[len(held) :]:
-                try:
-                    written += await restores.restore(fact)
-                except ValueError as exc:
-                    raise CommandError(
-                        "FILE", f"a fact was refused: {exc}", ExitCode.REFUSED
-                    ) from None
+            try:
+                # One call, so the import is whole or nothing at all.
+                written = await restores.restore_many(document.facts[len(held) :])
+            except ValueError as exc:
+                raise CommandError("FILE", f"a fact was refused: {exc}", ExitCode.REFUSED) from None
         click.echo(
             f"imported {written} fact(s); {len(document.facts) - written} of the "
             f"{len(document.facts)} were there already"

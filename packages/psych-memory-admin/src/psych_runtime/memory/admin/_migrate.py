@@ -2,17 +2,32 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any, Final
 
 import anyio
 
-from psych_runtime.memory.port import InvalidInputError, MemoryKey, MemoryStore
+from psych_runtime.memory.port import (
+    InvalidInputError,
+    ListsEndUsers,
+    Memory,
+    MemoryKey,
+    MemoryStore,
+    RestoresFacts,
+)
 
 from ._exit import CommandError, ExitCode
 from ._stores import held_prefix, lister, restorer
 
 __all__ = ["Migration", "Progress", "migrate"]
+
+# Facts written per call: each batch is one transaction, small enough to
+# keep a statement's size and the progress bar's steps modest.
+_BATCH: Final = 2_000
+# Facts read during the check that are kept for the copy instead of being
+# read again; about a hundred megabytes at the longest contents.
+_KEPT_FACTS: Final = 200_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +55,18 @@ class Progress:
         """One more key holds all its facts in the destination."""
 
 
+@dataclass(slots=True)
+class _Plan:
+    """What the check found for one key."""
+
+    total: int
+    """Facts of the key in the source."""
+    held: int
+    """Of those, how many the destination holds already (the first ones)."""
+    facts: tuple[Memory, ...] | None
+    """The source's facts as checked, unless they were too many to keep."""
+
+
 async def migrate(
     source: MemoryStore,
     destination: MemoryStore,
@@ -53,8 +80,11 @@ async def migrate(
     First every key is checked: the destination's facts for it must be the
     first facts of the source's, the same ids, contents and times in the
     same order (they are what an earlier, interrupted run copied). Only then
-    are the missing facts restored, each key's in order, ``jobs`` keys at a
-    time. Last, every key's facts are counted in both stores.
+    are the missing facts restored, each key's in order, ``jobs`` writers at
+    a time; each writer sends the facts of several keys per call, a key's
+    facts always in order, so that a key holds a first part of its facts
+    whenever a run stops. Last, every key's facts in the destination are
+    counted and compared with what was copied.
 
     Raises:
         CommandError: A store lacks a capability, or a destination key holds
@@ -68,17 +98,56 @@ async def migrate(
     keys = [
         MemoryKey(name, end_user) for name in tenants for end_user in await lists.end_users(name)
     ]
+    plan = await _checked(source, destination, keys, await _occupied(destination, tenants), jobs)
+    progress.planned(sum(step.total - step.held for step in plan.values()))
+    copier = _Copier(source, restores, plan, progress)
+    await _share(keys, copier.copy, jobs)
+    mismatched: list[MemoryKey] = []
 
-    plan: dict[MemoryKey, tuple[int, int]] = {}
+    async def verify(key: MemoryKey) -> None:
+        step = plan[key]
+        held = await destination.recall(key.tenant, key.end_user_id)
+        copied = held if step.facts is None else step.facts
+        if len(held) != step.total or not held_prefix(copied, held):
+            mismatched.append(key)
+
+    await _each(keys, verify, jobs)
+    if mismatched:
+        raise CommandError(
+            "TO_URL",
+            f"after copying, {len(mismatched)} end user(s) hold other facts than in FROM_URL "
+            "(was either store written to meanwhile?); run migrate again to finish",
+            ExitCode.REFUSED,
+        )
+    return Migration(
+        end_users=len(keys), facts=sum(step.total for step in plan.values()), copied=copier.copied
+    )
+
+
+async def _checked(
+    source: MemoryStore,
+    destination: MemoryStore,
+    keys: Sequence[MemoryKey],
+    occupied: set[MemoryKey] | None,
+    jobs: int,
+) -> dict[MemoryKey, _Plan]:
+    # Every key is judged before anything is written, so a refusal copies nothing.
+    plan: dict[MemoryKey, _Plan] = {}
     conflicts: list[MemoryKey] = []
+    kept = 0
 
     async def check(key: MemoryKey) -> None:
+        nonlocal kept
         wanted = await source.recall(key.tenant, key.end_user_id)
-        held = await destination.recall(key.tenant, key.end_user_id)
-        if held_prefix(wanted, held):
-            plan[key] = (len(wanted), len(held))
-        else:
+        held: tuple[Memory, ...] = ()
+        if occupied is None or key in occupied:
+            held = await destination.recall(key.tenant, key.end_user_id)
+        if not held_prefix(wanted, held):
             conflicts.append(key)
+            return
+        keep = kept + len(wanted) <= _KEPT_FACTS
+        kept += len(wanted) if keep else 0
+        plan[key] = _Plan(len(wanted), len(held), wanted if keep else None)
 
     await _each(keys, check, jobs)
     if conflicts:
@@ -89,63 +158,95 @@ async def migrate(
             "was copied",
             ExitCode.REFUSED,
         )
-    progress.planned(sum(total - held for total, held in plan.values()))
-    copied = 0
+    return plan
 
-    async def copy(key: MemoryKey) -> None:
-        nonlocal copied
-        total, held = plan[key]
-        if held < total:
-            facts = await source.recall(key.tenant, key.end_user_id)
-            for fact in facts[held:]:
-                try:
-                    if await restores.restore(fact):
-                        copied += 1
-                except InvalidInputError as exc:
-                    raise CommandError(
-                        "TO_URL", f"refused a fact: {exc}", ExitCode.REFUSED
-                    ) from None
-                progress.copied(1)
-        progress.finished_key()
 
-    await _each(keys, copy, jobs)
-    mismatched = 0
+class _Copier:
+    """Writes the planned facts, several keys per call, each key's in order."""
 
-    async def verify(key: MemoryKey) -> None:
-        nonlocal mismatched
-        wanted = await source.recall(key.tenant, key.end_user_id)
-        held = await destination.recall(key.tenant, key.end_user_id)
-        if len(wanted) != len(held) or not held_prefix(wanted, held):
-            mismatched += 1
+    def __init__(
+        self,
+        source: MemoryStore,
+        destination: RestoresFacts,
+        plan: dict[MemoryKey, _Plan],
+        progress: Progress,
+    ) -> None:
+        self._source = source
+        self._destination = destination
+        self._plan = plan
+        self._progress = progress
+        self.copied = 0
+        """Facts written so far (those found already held not counted)."""
 
-    await _each(keys, verify, jobs)
-    if mismatched:
-        raise CommandError(
-            "TO_URL",
-            f"after copying, {mismatched} end user(s) hold other facts than in FROM_URL "
-            "(was either store written to meanwhile?); run migrate again to finish",
-            ExitCode.REFUSED,
-        )
-    return Migration(
-        end_users=len(keys), facts=sum(total for total, _ in plan.values()), copied=copied
-    )
+    async def copy(self, keys: Iterator[MemoryKey]) -> None:
+        """Copy the missing facts of each key ``keys`` hands this writer."""
+        batch: list[Memory] = []
+        # Where each key's facts end in ``batch``: the key is done once a
+        # write reaches that far.
+        ends: list[int] = []
+        for key in keys:
+            step = self._plan[key]
+            facts = step.facts
+            if facts is None:
+                facts = await self._source.recall(key.tenant, key.end_user_id)
+                step.total = len(facts)
+            batch.extend(facts[step.held :])
+            ends.append(len(batch))
+            while len(batch) >= _BATCH:
+                ends = await self._write(batch[:_BATCH], ends)
+                del batch[:_BATCH]
+        await self._write(batch, ends)
+
+    async def _write(self, batch: list[Memory], ends: list[int]) -> list[int]:
+        # Returns the ends of the keys not done yet, counted from after ``batch``.
+        if batch:
+            try:
+                stored = await self._destination.restore_many(batch)
+            except InvalidInputError as exc:
+                raise CommandError("TO_URL", f"refused a fact: {exc}", ExitCode.REFUSED) from None
+            # Added only once the call returned: other writers add meanwhile.
+            self.copied += stored
+            self._progress.copied(len(batch))
+        written = len(batch)
+        for _ in range(sum(1 for end in ends if end <= written)):
+            self._progress.finished_key()
+        return [end - written for end in ends if end > written]
+
+
+async def _occupied(store: MemoryStore, tenants: Sequence[str]) -> set[MemoryKey] | None:
+    # The keys that hold facts in ``store``, when it can say: no other key
+    # needs to be read there. ``None``: every key must be read.
+    if not isinstance(store, ListsEndUsers):
+        return None
+    return {
+        MemoryKey(tenant, end_user)
+        for tenant in tenants
+        for end_user in await store.end_users(tenant)
+    }
 
 
 async def _each(
     keys: Sequence[MemoryKey], work: Callable[[MemoryKey], Awaitable[None]], jobs: int
 ) -> None:
-    # A few workers share one iterator: one key's facts stay in order on one
-    # worker, while several keys are copied at once.
-    pending: Iterator[MemoryKey] = iter(keys)
-
-    async def worker() -> None:
-        for key in pending:
+    async def each(mine: Iterator[MemoryKey]) -> None:
+        for key in mine:
             await work(key)
 
+    await _share(keys, each, jobs)
+
+
+async def _share(
+    keys: Sequence[MemoryKey],
+    worker: Callable[[Iterator[MemoryKey]], Coroutine[Any, Any, None]],
+    jobs: int,
+) -> None:
+    # A few workers share one iterator: each key is taken by exactly one,
+    # which handles its facts in order, while several keys go at once.
+    pending: Iterator[MemoryKey] = iter(keys)
     try:
         async with anyio.create_task_group() as group:
             for _ in range(max(1, min(jobs, len(keys)))):
-                group.start_soon(worker)
+                group.start_soon(worker, pending)
     except BaseExceptionGroup as group_error:
         raise _first(group_error) from None
 

@@ -224,6 +224,77 @@ class CapabilityChecks(Harness):
                     f"a refused restore of a fact with {what} and a taken id changed stored facts",
                 )
 
+    async def test_rule11_restore_many_keeps_order_and_skips_held_facts(self) -> None:
+        """Rule 11: restore_many stores new facts in the given order and counts them."""
+        async with self._open() as store:
+            restorer = _restorer(store)
+            remembered = await store.remember(*MAIN, "remembered before the restore")
+            batch = [
+                Memory(
+                    f"batch-{index}_Ab9",
+                    key_of(MAIN if index % 3 else SAME_END_USER),
+                    f"restored in a batch {index}",
+                    _RESTORED_AT - timedelta(hours=index),
+                )
+                for index in range(9)
+            ]
+            await _restore_answers(restorer, batch[1], True, "a new fact")  # noqa: FBT003
+            # Held already, given twice: each may be stored at most once.
+            given = [*batch[:5], batch[4], *batch[5:]]
+            await _restore_many_answers(restorer, given, len(batch) - 1, "a batch")
+            main = tuple(memory for memory in batch if memory.key == key_of(MAIN))
+            other = tuple(memory for memory in batch if memory.key == key_of(SAME_END_USER))
+            for pair, expected in ((MAIN, (remembered, *main)), (SAME_END_USER, other)):
+                recalled = await store.recall(*pair)
+                check(
+                    recalled == expected,
+                    11,
+                    f"after restore_many, recall of {pair!r} returned ids {ids_of(recalled)}, "
+                    f"not {ids_of(expected)} with their contents and times",
+                )
+                stored = await self.count_stored(store, key_of(pair))
+                check(
+                    stored == len(expected),
+                    11,
+                    f"{len(expected)} facts of {pair!r} left {stored} row(s)",
+                )
+            await _restore_many_answers(restorer, iter(given), 0, "the same batch again")
+            await _restore_many_answers(restorer, (), 0, "an empty batch")
+
+    async def test_rule11_restore_many_refuses_a_batch_whole(self) -> None:
+        """Rule 11: a batch with a taken id or a bad fact stores none of its facts."""
+        async with self._open() as store:
+            restorer = _restorer(store)
+            held = Memory("held-once", key_of(MAIN), "restored once", _RESTORED_AT)
+            await _restore_answers(restorer, held, True, "a new fact")  # noqa: FBT003
+            fresh = [
+                Memory(f"fresh-{index}", key_of(pair), f"fresh fact {index}", _RESTORED_AT)
+                for index, pair in enumerate((MAIN, SAME_TENANT, SAME_END_USER))
+            ]
+            watched = (MAIN, SAME_TENANT, SAME_END_USER)
+            before = [await self._listing(store, pair) for pair in watched]
+            for what, batch in (
+                (
+                    "a taken id at its end",
+                    [*fresh, Memory(held.id, held.key, "other content", held.created_at)],
+                ),
+                (
+                    "one id twice with different contents",
+                    [*fresh, Memory(fresh[0].id, fresh[0].key, "other", _RESTORED_AT)],
+                ),
+                (
+                    "an id no store hands out at its end",
+                    [*fresh, Memory("no spaces allowed", held.key, "x", _RESTORED_AT)],
+                ),
+            ):
+                await _refused(restorer.restore_many, f"restore_many of a batch with {what}", batch)
+                after = [await self._listing(store, pair) for pair in watched]
+                check(
+                    after == before,
+                    11,
+                    f"a refused restore_many of a batch with {what} stored some of its facts",
+                )
+
     async def _listing(self, store: MemoryStore, pair: Pair) -> tuple[tuple[Memory, ...], int]:
         return await store.recall(*pair), await self.count_stored(store, key_of(pair))
 
@@ -262,9 +333,20 @@ async def _restore_answers(
     )
 
 
-async def _refused(restore: Callable[[Memory], Awaitable[bool]], what: str, memory: Memory) -> None:
+async def _restore_many_answers(
+    restorer: RestoresFacts, memories: Iterable[Memory], expected: int, what: str
+) -> None:
+    answer: object = await restorer.restore_many(memories)
+    check(
+        type(answer) is int and answer == expected,
+        11,
+        f"restore_many of {what} returned {answer!r}, not {expected!r}",
+    )
+
+
+async def _refused(restore: Callable[[Any], Awaitable[object]], what: str, given: object) -> None:
     try:
-        answer = await restore(memory)
+        answer = await restore(given)
     except InvalidInputError:
         return
     except Exception as exc:

@@ -59,7 +59,8 @@ RULES: Final[Mapping[int, str]] = MappingProxyType(
             "a store that restores facts (RestoresFacts) stores each as given (id, key, "
             "content, created_at) after the key's facts, answers False and changes nothing "
             "for the same fact again, and refuses a different fact with a taken id with "
-            "InvalidInputError"
+            "InvalidInputError; restore_many does the same for a batch, in its order, "
+            "all or none"
         ),
     }
 )

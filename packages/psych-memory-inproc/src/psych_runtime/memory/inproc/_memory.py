@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from itertools import islice
 
@@ -18,7 +19,8 @@ from psych_runtime.memory.port import (
     validate_content,
     validate_limit,
     validate_memory_id,
-    validate_restored_id,
+    validate_restored,
+    validate_restored_many,
 )
 
 __all__ = ["InProcessMemory"]
@@ -44,9 +46,10 @@ class InProcessMemory(MemoryStore):
 
     Beyond the four methods it provides the port's operator capabilities
     `ListsEndUsers` (`tenants`, `end_users`: O(keys in the store)) and
-    `RestoresFacts` (`restore`: O(1)). Restoring needs to know which ids the
-    whole store holds; that index is built on the first `restore` and kept
-    from then on, so a store that never restores pays nothing for it.
+    `RestoresFacts` (`restore`: O(1); `restore_many`: O(facts given)).
+    Restoring needs to know which ids the whole store holds; that index is
+    built on the first restore and kept from then on, so a store that never
+    restores pays nothing for it.
     """
 
     __slots__ = ("_closed", "_facts", "_id_index", "_lock")
@@ -183,48 +186,54 @@ class InProcessMemory(MemoryStore):
                 Nothing was stored.
             StoreClosedError: The store was closed.
         """
-        memory = _restorable(memory)
-        memory_id = memory.id
-        key = memory.key
+        memory = validate_restored(memory)
         with self._lock:
             if self._closed:
                 raise StoreClosedError("restore")
-            table = self._facts
-            ids = self._id_index
-            if ids is None:
-                ids = self._id_index = {
-                    held: held_key for held_key, facts in table.items() for held in facts
-                }
+            return self._restore_locked((memory,)) == 1
+
+    async def restore_many(self, memories: Iterable[Memory]) -> int:
+        """Store every fact as given, in order, all or none (see `RestoresFacts`).
+
+        Returns:
+            How many facts were stored; facts held exactly are skipped.
+
+        Raises:
+            TypeError: As `RestoresFacts.restore_many`.
+            InvalidContentError: As `RestoresFacts.restore_many`.
+            InvalidInputError: As `RestoresFacts.restore_many`; nothing was stored.
+            StoreClosedError: The store was closed.
+        """
+        checked = validate_restored_many(memories)
+        with self._lock:
+            if self._closed:
+                raise StoreClosedError("restore_many")
+            return self._restore_locked(checked)
+
+    def _restore_locked(self, memories: tuple[Memory, ...]) -> int:
+        # Called with the lock held. Every id is judged before anything is
+        # stored, so a refusal leaves the table as it was.
+        table = self._facts
+        ids = self._id_index
+        if ids is None:
+            ids = self._id_index = {
+                held: held_key for held_key, facts in table.items() for held in facts
+            }
+        new: dict[str, Memory] = {}
+        for index, memory in enumerate(memories):
+            memory_id = memory.id
             held_key = ids.get(memory_id)
-            if held_key is not None:
-                if table[held_key][memory_id] == memory:
-                    return False
-                raise InvalidInputError("memory.id", "is held by a different fact in this store")
+            held = table[held_key][memory_id] if held_key is not None else new.get(memory_id)
+            if held is None:
+                new[memory_id] = memory
+            elif held != memory:
+                argument = "memory.id" if len(memories) == 1 else f"memories[{index}].id"
+                raise InvalidInputError(argument, "is held by a different fact in this store")
+        for memory_id, memory in new.items():
+            key = memory.key
             facts = table.get(key)
             if facts is None:
                 facts = table[key] = {}
             facts[memory_id] = memory
             ids[memory_id] = key
-        return True
-
-
-def _restorable(memory: object) -> Memory:
-    """Check a fact about to be restored; return it with ``created_at`` in UTC."""
-    if not isinstance(memory, Memory):
-        raise TypeError(f"memory must be a Memory, not {type(memory).__qualname__}")
-    validate_restored_id(memory.id)
-    # Memory checks no types of its own, so a hand-built one may hold anything.
-    key: object = memory.key
-    if not isinstance(key, MemoryKey):
-        raise TypeError(f"memory.key must be a MemoryKey, not {type(key).__qualname__}")
-    validate_content(memory.content)
-    created_at: object = memory.created_at
-    if not isinstance(created_at, datetime):
-        raise TypeError(
-            f"memory.created_at must be a datetime, not {type(created_at).__qualname__}"
-        )
-    if created_at.utcoffset() is None:
-        raise InvalidInputError("memory.created_at", "must be timezone-aware")
-    if created_at.tzinfo is UTC:
-        return memory
-    return Memory(memory.id, memory.key, memory.content, created_at.astimezone(UTC))
+        return len(new)

@@ -10,7 +10,9 @@ from ._capabilities import (
     MAX_RESTORED_ID_LENGTH,
     ListsEndUsers,
     RestoresFacts,
+    validate_restored,
     validate_restored_id,
+    validate_restored_many,
 )
 from ._errors import (
     InvalidContentError,
@@ -59,5 +61,7 @@ __all__ = [
     "validate_key_part",
     "validate_limit",
     "validate_memory_id",
+    "validate_restored",
     "validate_restored_id",
+    "validate_restored_many",
 ]

@@ -12,14 +12,23 @@ store lacks one.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
+from datetime import UTC, datetime
 from typing import Final, Protocol, runtime_checkable
 
 from ._errors import InvalidInputError
-from ._key import Scope
+from ._key import MemoryKey, Scope
 from ._memory import Memory
-from ._validation import _type_name
+from ._validation import _type_name, validate_content
 
-__all__ = ["MAX_RESTORED_ID_LENGTH", "ListsEndUsers", "RestoresFacts", "validate_restored_id"]
+__all__ = [
+    "MAX_RESTORED_ID_LENGTH",
+    "ListsEndUsers",
+    "RestoresFacts",
+    "validate_restored",
+    "validate_restored_id",
+    "validate_restored_many",
+]
 
 MAX_RESTORED_ID_LENGTH: Final = 64
 """The most characters the id of a restored fact may have."""
@@ -56,7 +65,11 @@ class ListsEndUsers(Protocol):
 
 @runtime_checkable
 class RestoresFacts(Protocol):
-    """A store that can write a fact exactly as another store held it."""
+    """A store that can write facts exactly as another store held them.
+
+    `restore` writes one fact; `restore_many` writes many in one call, all
+    or none, which is what moving a whole store needs to be fast.
+    """
 
     async def restore(self, memory: Memory) -> bool:
         """Store ``memory`` as given (id, key, content, ``created_at``), after the key's facts.
@@ -80,12 +93,96 @@ class RestoresFacts(Protocol):
         """
         ...
 
+    async def restore_many(self, memories: Iterable[Memory]) -> int:
+        """Store every fact of ``memories`` as given, in that order, all or none.
 
-def validate_restored_id(memory_id: object) -> str:
+        Each fact goes after its key's facts, as `restore` would put it, and
+        facts of several keys may be mixed. Facts the store already holds
+        exactly (same id, key, content and ``created_at``) are skipped, so an
+        interrupted copy can be resumed; so is a fact given twice.
+
+        Returns:
+            How many facts were stored (the skipped ones not counted).
+
+        Raises:
+            TypeError: ``memories`` is not iterable, or an item is not a
+                `Memory` (the error names its index).
+            InvalidContentError: A content breaks a content rule.
+            InvalidInputError: An id is not restorable, a ``created_at`` is
+                naive, or an id is held by a different fact (in the store,
+                or earlier in ``memories``). Nothing was stored.
+            MemoryStoreError: The store failed (see `MemoryStore`); whether
+                the facts may have been stored all the same, the error says.
+        """
+        ...
+
+
+def validate_restored(memory: object, argument: str = "memory") -> Memory:
+    """Check a fact about to be restored; return it with ``created_at`` in UTC.
+
+    `Memory` checks nothing itself, so a hand-built one may hold anything:
+    every field is checked as `restore` needs it.
+
+    Args:
+        memory: The candidate fact.
+        argument: Its name in error messages, such as ``"memories[3]"``.
+
+    Raises:
+        TypeError: ``memory`` is not a `Memory`, its key not a `MemoryKey`,
+            or its ``created_at`` not a `datetime`.
+        InvalidContentError: The content breaks a content rule.
+        InvalidInputError: The id is not restorable (see
+            `validate_restored_id`), or ``created_at`` is naive.
+    """
+    if not isinstance(memory, Memory):
+        raise TypeError(f"{argument} must be a Memory, not {_type_name(memory)}")
+    validate_restored_id(memory.id, f"{argument}.id")
+    key: object = memory.key
+    if not isinstance(key, MemoryKey):
+        raise TypeError(f"{argument}.key must be a MemoryKey, not {_type_name(key)}")
+    validate_content(memory.content)
+    created_at: object = memory.created_at
+    if not isinstance(created_at, datetime):
+        raise TypeError(f"{argument}.created_at must be a datetime, not {_type_name(created_at)}")
+    if created_at.utcoffset() is None:
+        raise InvalidInputError(f"{argument}.created_at", "must be timezone-aware")
+    if created_at.tzinfo is UTC:
+        return memory
+    return Memory(memory.id, memory.key, memory.content, created_at.astimezone(UTC))
+
+
+def validate_restored_many(memories: object) -> tuple[Memory, ...]:
+    """Check every fact of ``memories`` with `validate_restored`; return them.
+
+    The items are read once, so any iterable will do; each is named by its
+    index (``memories[3]``) in an error.
+
+    Raises:
+        TypeError: ``memories`` is not iterable, or an item (see
+            `validate_restored`) has the wrong type.
+        InvalidContentError: A content breaks a content rule.
+        InvalidInputError: An id is not restorable, or a ``created_at`` is naive.
+    """
+    try:
+        items = iter(memories)  # type: ignore[call-overload]
+    except TypeError:
+        raise TypeError(
+            f"memories must be an iterable of Memory, not {_type_name(memories)}"
+        ) from None
+    return tuple(
+        [validate_restored(memory, f"memories[{index}]") for index, memory in enumerate(items)]
+    )
+
+
+def validate_restored_id(memory_id: object, argument: str = "memory.id") -> str:
     """Check the id of a fact about to be restored, and return it.
 
     Every adapter hands out ids of ASCII letters, digits, ``-`` and ``_``, so
     an id of that shape can move between any two stores.
+
+    Args:
+        memory_id: The candidate id.
+        argument: Its name in error messages.
 
     Raises:
         TypeError: ``memory_id`` is not a `str`.
@@ -93,10 +190,10 @@ def validate_restored_id(memory_id: object) -> str:
             `MAX_RESTORED_ID_LENGTH`, or holds another character.
     """
     if not isinstance(memory_id, str):
-        raise TypeError(f"memory.id must be a str, not {_type_name(memory_id)}")
+        raise TypeError(f"{argument} must be a str, not {_type_name(memory_id)}")
     if not 0 < len(memory_id) <= MAX_RESTORED_ID_LENGTH or not _RESTORABLE_ID.fullmatch(memory_id):
         raise InvalidInputError(
-            "memory.id",
+            argument,
             f"must be 1 to {MAX_RESTORED_ID_LENGTH} ASCII letters, digits, '-' or '_'",
         )
     return memory_id

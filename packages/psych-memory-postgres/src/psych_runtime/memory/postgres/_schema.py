@@ -138,8 +138,10 @@ class Statements:
 
     remember: bytes
     restore: bytes
+    restore_many: bytes
     fact: bytes
     owner: bytes
+    owners: bytes
     forget: bytes
     recall: bytes
     erase: bytes
@@ -172,6 +174,25 @@ class Statements:
                 "INSERT INTO {memories} (id, tenant, end_user_id, content, created_at)"
                 " VALUES (%s, %s, %s, %s, %s)"
                 " ON CONFLICT (tenant, id) DO NOTHING RETURNING created_at"
+            ),
+            # Each column comes as a JSON array (see the conversation);
+            # ROWS FROM zips them. Ids held anywhere are skipped here and
+            # judged by the caller. Rows come out of the sort in the given
+            # order, so the identity column numbers them in that order.
+            restore_many=render(
+                "INSERT INTO {memories} (id, tenant, end_user_id, content, created_at)"
+                " SELECT given.id, given.tenant, given.end_user_id, given.content,"
+                " 'epoch'::timestamptz + given.micros::bigint * interval '1 microsecond'"
+                " FROM ROWS FROM (json_array_elements_text(%s::json),"
+                " json_array_elements_text(%s::json), json_array_elements_text(%s::json),"
+                " json_array_elements_text(%s::json), json_array_elements_text(%s::json))"
+                " WITH ORDINALITY AS given (id, tenant, end_user_id, content, micros, n)"
+                " WHERE NOT EXISTS (SELECT FROM {memories} AS held WHERE held.id = given.id)"
+                " ORDER BY given.n ON CONFLICT (tenant, id) DO NOTHING RETURNING id"
+            ),
+            owners=render(
+                "SELECT id, tenant, end_user_id, content, created_at FROM {memories}"
+                " WHERE id = ANY(%b::text[])"
             ),
             owner=render(
                 "SELECT tenant, end_user_id, content, created_at FROM {memories}"

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
-from datetime import datetime
 from functools import partial
 from typing import Any, Final, Self, TypeVar
 
@@ -24,7 +23,9 @@ from psych_runtime.memory.port import (
     validate_key_part,
     validate_limit,
     validate_memory_id,
+    validate_restored,
     validate_restored_id,
+    validate_restored_many,
 )
 
 from . import _conversations as talk
@@ -482,18 +483,38 @@ class PostgresMemory(MemoryStore):
             StoreUnavailableError: The server could not complete the call.
             StoreClosedError: The store was closed.
         """
-        if not isinstance(memory, Memory):
-            raise TypeError(f"memory must be a Memory, not {type(memory).__qualname__}")
-        validate_restored_id(memory.id)
-        validate_content(memory.content)
-        created_at: object = memory.created_at
-        if not isinstance(created_at, datetime):
-            raise TypeError(
-                f"memory.created_at must be a datetime, not {type(created_at).__qualname__}"
-            )
-        if created_at.utcoffset() is None:
-            raise InvalidInputError("memory.created_at", "must carry a time zone")
+        memory = validate_restored(memory)
         return await self._run("restore", partial(talk.restore, self._sql, memory), replayable=True)
+
+    async def restore_many(self, memories: Iterable[Memory]) -> int:
+        """Store every fact as given, in order, all or none, in one transaction.
+
+        See `RestoresFacts.restore_many`: facts held exactly are skipped. A
+        restored id must be free in the whole store, every tenant included.
+        Replayed on a fresh connection if the connection breaks; a replay
+        that finds the first attempt's rows does not count them again.
+
+        Returns:
+            How many facts were stored.
+
+        Raises:
+            TypeError: As `RestoresFacts.restore_many`.
+            InvalidContentError: As `RestoresFacts.restore_many`.
+            InvalidInputError: As `RestoresFacts.restore_many`; nothing was stored.
+            SchemaVersionError: The schema is missing, older or newer.
+            StoreUnavailableError: The server could not complete the call.
+            StoreClosedError: The store was closed.
+        """
+        checked = validate_restored_many(memories)
+        if not checked:
+            self._check_open("restore_many")
+            return 0
+        return await self._run(
+            "restore_many",
+            partial(talk.restore_many, self._sql, checked),
+            replayable=True,
+            transaction=True,
+        )
 
     def _check_open(self, operation: str) -> None:
         if self._closed:
@@ -506,12 +527,19 @@ class PostgresMemory(MemoryStore):
         *,
         replayable: bool,
         changes: bool = True,
+        transaction: bool = False,
     ) -> _T:
         self._check_open(operation)
         if not self._verified:
             await self._verify(operation)
         try:
-            call = Call(operation, conversation, replayable=replayable, changes=changes)
+            call = Call(
+                operation,
+                conversation,
+                replayable=replayable,
+                changes=changes,
+                transaction=transaction,
+            )
             return await self._runner.run(call)
         except SchemaVersionError:
             # The tables went away under a running store: check again next time.

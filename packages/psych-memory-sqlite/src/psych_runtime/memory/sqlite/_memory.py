@@ -6,7 +6,7 @@ import errno
 import os
 import sqlite3
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import closing, suppress
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -17,7 +17,6 @@ import anyio.to_thread
 from psych_runtime.memory.port import (
     InvalidInputError,
     Memory,
-    MemoryKey,
     MemoryStore,
     Scope,
     StoreClosedError,
@@ -25,7 +24,9 @@ from psych_runtime.memory.port import (
     validate_content,
     validate_limit,
     validate_memory_id,
+    validate_restored,
     validate_restored_id,
+    validate_restored_many,
 )
 
 from ._connection import connect, prepare
@@ -459,38 +460,32 @@ class SqliteMemory(MemoryStore):
                 whether the fact may be stored all the same.
             DatabaseFileError: The file turned out to be corrupt; nothing was stored.
         """
-        if not isinstance(memory, Memory):
-            raise TypeError(f"memory must be a Memory, not {type(memory).__qualname__}")
-        validate_restored_id(memory.id)
-        validate_content(memory.content)
-        if not isinstance(memory.key, MemoryKey):
-            raise TypeError(f"memory.key must be a MemoryKey, not {type(memory.key).__qualname__}")
-        created_at = memory.created_at
-        if not isinstance(created_at, datetime):
-            raise TypeError(
-                f"memory.created_at must be a datetime, not {type(created_at).__qualname__}"
-            )
-        if created_at.utcoffset() is None:
-            raise InvalidInputError("memory.created_at", "must be timezone-aware")
-        wanted = (
-            memory.key.tenant,
-            memory.key.end_user_id,
-            memory.content,
-            (created_at - _EPOCH) // _MICROSECOND,
+        memory = validate_restored(memory)
+        return await self._run(
+            "restore", lambda conn: self._written(conn, "restore", _putting((memory,))) == 1
         )
 
-        def put(conn: sqlite3.Connection) -> bool:
-            held = conn.execute(_SELECT_BY_ID, (memory.id,)).fetchone()
-            if held is not None:
-                if tuple(held) == wanted:
-                    return False
-                raise InvalidInputError(
-                    "memory.id", "is already the id of a different fact in this store"
-                )
-            self._insert(conn, memory)
-            return True
+    async def restore_many(self, memories: Iterable[Memory]) -> int:
+        """Store every fact as given, in order, all or none, in one transaction.
 
-        return await self._run("restore", lambda conn: self._written(conn, "restore", put))
+        See `RestoresFacts.restore_many`: facts held exactly are skipped.
+
+        Returns:
+            How many facts were stored.
+
+        Raises:
+            TypeError: As `RestoresFacts.restore_many`.
+            InvalidContentError: As `RestoresFacts.restore_many`.
+            InvalidInputError: As `RestoresFacts.restore_many`; nothing was stored.
+            StoreClosedError: The store is not open, or was closed.
+            DatabaseFileMovedError: As `restore`.
+            DatabaseUnavailableError: As `restore`.
+            DatabaseFileError: As `restore`.
+        """
+        checked = validate_restored_many(memories)
+        return await self._run(
+            "restore_many", lambda conn: self._written(conn, "restore_many", _putting(checked))
+        )
 
     @staticmethod
     def _insert(conn: sqlite3.Connection, memory: Memory) -> None:
@@ -673,3 +668,42 @@ def _rollback(conn: sqlite3.Connection) -> None:
 
 def _closed_state(state: str) -> str:
     return "not open" if state in ("new", "opening") else "closed"
+
+
+def _putting(memories: tuple[Memory, ...]) -> Callable[[sqlite3.Connection], int]:
+    """The body of a transaction that stores ``memories``, skipping those held exactly."""
+
+    def put(conn: sqlite3.Connection) -> int:
+        # Every id is judged before anything is written: a refusal leaves
+        # the transaction with nothing to roll back.
+        new: dict[str, tuple[str, str, str, int]] = {}
+        for index, memory in enumerate(memories):
+            key = memory.key
+            row = (
+                key.tenant,
+                key.end_user_id,
+                memory.content,
+                (memory.created_at - _EPOCH) // _MICROSECOND,
+            )
+            held = new.get(memory.id)
+            if held is None:
+                found = conn.execute(_SELECT_BY_ID, (memory.id,)).fetchone()
+                if found is None:
+                    new[memory.id] = row
+                    continue
+                held = tuple(found)
+            if held != row:
+                argument = "memory.id" if len(memories) == 1 else f"memories[{index}].id"
+                raise InvalidInputError(
+                    argument, "is already the id of a different fact in this store"
+                )
+        conn.executemany(
+            _INSERT,
+            [
+                (tenant, end_user, memory_id, content, micros, tenant, end_user)
+                for memory_id, (tenant, end_user, content, micros) in new.items()
+            ],
+        )
+        return len(new)
+
+    return put
