@@ -11,6 +11,9 @@ through `main`: the same code as the console script, without the process
 start), and by a raw copy with the drivers alone: ``sqlite3`` reading every
 row in key order, psycopg ``COPY`` writing them to a plain table of the same
 columns. Figure of merit: migrate's time / the raw copy's time (target: 2).
+A third line copies the same way into the PostgreSQL adapter's own table,
+whose three indexes (key order, ids per tenant, ids store-wide) the plain
+table lacks: the least any copy into that adapter can cost.
 
 Part 2, export: one end user with ``--export-facts`` facts in a SQLite file,
 written to a file by ``psych-memory export -o`` and by a raw ``SELECT`` whose
@@ -41,6 +44,7 @@ import psycopg
 from psycopg import sql
 
 from psych_runtime.memory.admin import main, open_memory
+from psych_runtime.memory.postgres import PostgresMemory
 
 DSN = os.environ.get("PSYCH_MEMORY_TEST_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test")
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -120,6 +124,28 @@ def raw_copy(source: Path, schema: str) -> int:
         return copied
 
 
+def raw_copy_into_store_table(source: Path, schema: str) -> None:
+    with (
+        contextlib.closing(sqlite3.connect(source)) as reader,
+        psycopg.connect(DSN, autocommit=True) as conn,
+    ):
+        rows = reader.execute(
+            "SELECT tenant, end_user_id, id, content, created_at FROM psych_memory_fact"
+            " ORDER BY tenant, end_user_id, seq"
+        )
+        copy_sql = sql.SQL(
+            "COPY {} (tenant, end_user_id, id, content, created_at) FROM STDIN"
+        ).format(sql.Identifier(schema, "memories"))
+        with conn.transaction(), conn.cursor() as cursor, cursor.copy(copy_sql) as copy:
+            for tenant, end_user, fact_id, content, micros in rows:
+                copy.write_row((tenant, end_user, fact_id, content, _moment(micros)))
+
+
+async def _set_up(schema: str) -> None:
+    async with PostgresMemory.connect(DSN, schema=schema) as store:
+        await store.setup()
+
+
 def _moment(micros: int) -> datetime:
     return EPOCH + timedelta(microseconds=micros)
 
@@ -150,19 +176,29 @@ def part_migration(folder: Path, facts: int, end_users: int, rounds: int, jobs: 
         f"seeded {facts:,} facts over {end_users:,} end users "
         f"in {time.perf_counter() - started:.1f} s"
     )
-    best_cli = best_raw = float("inf")
+    best_cli = best_raw = best_floor = float("inf")
     for _ in range(rounds):
         with fresh_schema() as schema:
             best_raw = min(best_raw, timed(lambda: raw_copy(source, schema)))
         with fresh_schema() as schema:
-            best_cli = min(
-                best_cli,
-                timed(lambda: quiet(["migrate", f"sqlite:///{source}", pg_url(schema)])),
+            # The tables exist before the clock starts: only the copy counts.
+            anyio.run(_set_up, schema)
+            best_floor = min(
+                best_floor,
+                timed(lambda: raw_copy_into_store_table(source, schema)),
             )
+        with fresh_schema() as schema:
+            argv = ["migrate", f"sqlite:///{source}", pg_url(schema), "--jobs", str(jobs)]
+            best_cli = min(best_cli, timed(lambda: quiet(argv)))  # noqa: B023
     print(f"Part 1, migration SQLite -> PostgreSQL, --jobs {jobs} (best of {rounds} rounds)")
-    print(f"  raw copy (sqlite3 + COPY): {best_raw:8.2f} s  {facts / best_raw:12,.0f} facts/s")
-    print(f"  psych-memory migrate:      {best_cli:8.2f} s  {facts / best_cli:12,.0f} facts/s")
-    print(f"  ratio migrate / raw:       {best_cli / best_raw:8.1f}x   (target 2x)")
+    for label, best in (
+        ("raw copy (sqlite3 + COPY)", best_raw),
+        ("the same into the store's table", best_floor),
+        ("psych-memory migrate", best_cli),
+    ):
+        print(f"  {label + ':':33} {best:8.2f} s  {facts / best:10,.0f} facts/s")
+    print(f"  {'ratio migrate / raw:':33} {best_cli / best_raw:8.1f}x   (target 2x)")
+    print(f"  {'ratio store table / raw:':33} {best_floor / best_raw:8.1f}x")
 
 
 def part_export(folder: Path, facts: int, rounds: int) -> None:
