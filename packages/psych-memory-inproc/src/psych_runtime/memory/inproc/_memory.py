@@ -7,6 +7,7 @@ import threading
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from itertools import islice
+from typing import Final
 
 from psych_runtime.memory.port import (
     InvalidInputError,
@@ -24,6 +25,8 @@ from psych_runtime.memory.port import (
 )
 
 __all__ = ["InProcessMemory"]
+
+_IDS_PER_READ: Final = 256
 
 
 class InProcessMemory(MemoryStore):
@@ -52,7 +55,7 @@ class InProcessMemory(MemoryStore):
     restores pays nothing for it.
     """
 
-    __slots__ = ("_closed", "_facts", "_id_index", "_lock")
+    __slots__ = ("_closed", "_facts", "_id_index", "_lock", "_random", "_random_at")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -60,6 +63,10 @@ class InProcessMemory(MemoryStore):
         # id -> key of every fact held, once a restore has needed it.
         self._id_index: dict[str, MemoryKey] | None = None
         self._closed = False
+        # Random hexadecimal digits read ahead for new ids, and how many of
+        # them were handed out.
+        self._random = ""
+        self._random_at = 0
 
     async def aclose(self) -> None:
         """Close the store and drop every fact it held; closing again does nothing."""
@@ -71,12 +78,20 @@ class InProcessMemory(MemoryStore):
     async def remember(self, scope: Scope, end_user_id: str, content: str) -> Memory:
         key = memory_key(scope, end_user_id)
         content = validate_content(content)
-        # 128 random bits: unguessable across tenants, and never repeated in
-        # practice; os.urandom is several times cheaper than uuid4().
-        memory = Memory(os.urandom(16).hex(), key, content, datetime.now(UTC))
+        created_at = datetime.now(UTC)
         with self._lock:
             if self._closed:
                 raise StoreClosedError("remember")
+            # 128 random bits from the operating system: unguessable across
+            # tenants and never repeated in practice. They are read for many
+            # ids at once, since one system call per id cost more than the
+            # rest of the call.
+            at = self._random_at
+            if at == len(self._random):
+                self._random = os.urandom(16 * _IDS_PER_READ).hex()
+                at = 0
+            self._random_at = at + 32
+            memory = Memory(self._random[at : at + 32], key, content, created_at)
             table = self._facts
             facts = table.get(key)
             if facts is None:
