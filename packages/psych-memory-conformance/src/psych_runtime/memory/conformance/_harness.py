@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import TYPE_CHECKING, Any, ClassVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Final, cast
 
 import anyio.from_thread
 from hypothesis import HealthCheck, given, settings
@@ -13,10 +14,14 @@ from hypothesis import strategies as st
 from psych_runtime.memory.port import MemoryKey, MemoryStore
 
 from ._cases import MAIN, key_of
+from ._loops import on_its_loop
 from ._rules import RuleViolationError
 from ._support import BlockingStore, check, in_worker_thread
 
 __all__ = ["Harness"]
+
+# The kit's own modules: only their checks are the kit's to wrap.
+_KIT: Final = __name__.rpartition(".")[0] + "."
 
 
 class Harness:
@@ -26,6 +31,9 @@ class Harness:
     store only through these members. The contract class defines the
     author's two methods and the budget settings; the kit's fixtures set the
     per-check state before each check.
+
+    Every check a class of the kit defines runs on the event loop its
+    parametrisation names, whichever pytest plugin runs it (see `on_its_loop`).
     """
 
     max_examples: ClassVar[int]
@@ -34,6 +42,14 @@ class Harness:
 
     # The event loop the check runs on, for checks that start loops of their own.
     _anyio_backend_name: str
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if not cls.__module__.startswith(_KIT):
+            return
+        for name, member in list(vars(cls).items()):
+            if name.startswith("test") and inspect.iscoroutinefunction(member):
+                setattr(cls, name, on_its_loop(member))
 
     if TYPE_CHECKING:
 
