@@ -18,12 +18,6 @@ EXAMPLE = Path(__file__).parents[1] / "docs" / "examples" / "store_failure.py"
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture(params=["asyncio", "trio"])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    backend: str = request.param
-    return backend
-
-
 @pytest.fixture(scope="module")
 def example() -> ModuleType:
     spec = importlib.util.spec_from_file_location("store_failure_example", EXAMPLE)

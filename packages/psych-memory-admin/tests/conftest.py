@@ -15,13 +15,6 @@ def _unavailable(message: str) -> None:
     pytest.skip(message)
 
 
-@pytest.fixture(params=["asyncio", "trio"])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    # Listed explicitly: anyio's default would silently skip a missing backend.
-    backend: str = request.param
-    return backend
-
-
 @pytest.fixture(scope="session")
 def postgres_url() -> str:
     """The address of a live PostgreSQL server, or a skip (a failure under CI=true)."""

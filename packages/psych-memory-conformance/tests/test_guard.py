@@ -53,6 +53,49 @@ def test_the_checks_of_the_later_rules_are_guarded_too(check: str) -> None:
     type("Marked", (Complete,), {"expected_failures": {check: "known"}})
 
 
+class Weakening:
+    """A mixin, no kit class: the guard never sees its own definition."""
+
+    async def test_rule3_recall_is_oldest_first(self) -> None:
+        pass
+
+
+def test_an_override_in_a_mixin_base_is_refused() -> None:
+    # Put before the kit in the bases, the mixin's check is the one pytest runs.
+    with pytest.raises(TypeError, match=f"{A_CHECK} is a check of the conformance kit"):
+
+        class Leaf(Weakening, Complete):
+            pass
+
+
+def test_a_mixin_after_the_kit_is_harmless() -> None:
+    # The kit's check comes first in the hierarchy; the mixin's is never run.
+    class Leaf(Complete, Weakening):
+        pass
+
+    assert getattr(Leaf, A_CHECK) is getattr(MemoryStoreContract, A_CHECK)
+
+
+@pytest.mark.anyio
+async def test_an_override_in_an_intermediate_class_is_refused_below_it() -> None:
+    # The intermediate class was intact when defined, and changed afterwards:
+    # the subclass below it overrides nothing itself, and is refused all the same.
+    class Intermediate(Complete):
+        pass
+
+    class DefinedBefore(Intermediate):
+        pass
+
+    setattr(Intermediate, A_CHECK, None)
+    with pytest.raises(TypeError, match=f"{A_CHECK} is a check of the conformance kit"):
+
+        class DefinedAfter(Intermediate):
+            pass
+
+    with pytest.raises(AssertionError, match=A_CHECK):
+        await DefinedBefore().test_kit_is_intact()
+
+
 def test_deleting_a_check_by_assignment_is_refused() -> None:
     with pytest.raises(TypeError, match="cannot be overridden or deleted"):
 
@@ -68,6 +111,12 @@ def test_replacing_the_event_loop_fixture_is_refused() -> None:
             @pytest.fixture
             def anyio_backend(self) -> str:
                 return "asyncio"
+
+
+def test_replacing_the_setup_fixture_is_refused() -> None:
+    # Without it no check would know its directory or its expected failure.
+    with pytest.raises(TypeError, match="_conformance_setup"):
+        type("NoSetup", (Complete,), {"_conformance_setup": None})
 
 
 @pytest.mark.parametrize(
@@ -110,6 +159,58 @@ def test_an_expected_failure_with_a_reason_is_accepted() -> None:
 def test_skipping_the_whole_class_is_refused(marks: object) -> None:
     with pytest.raises(TypeError, match="cannot be skipped"):
         type("Skipped", (Complete,), {"pytestmark": marks})
+
+
+class SkippedMixin:
+    """A mixin carrying a skip: pytest applies the marks of every base."""
+
+    pytestmark: ClassVar[list[pytest.MarkDecorator]] = [pytest.mark.skip(reason="slow")]
+
+
+def test_a_skip_on_a_mixin_base_is_refused() -> None:
+    # The nearest pytestmark is the kit's own, yet pytest would skip every check.
+    with pytest.raises(TypeError, match="cannot be skipped"):
+
+        class Leaf(Complete, SkippedMixin):
+            pass
+
+
+def test_a_skip_on_an_intermediate_class_is_refused_below_it() -> None:
+    # The decorator marks the intermediate class after the guard saw it; the
+    # subclass's own marks hide it from attribute lookup, not from pytest.
+    @pytest.mark.skip(reason="slow")
+    class Intermediate(Complete):
+        pass
+
+    with pytest.raises(TypeError, match="cannot be skipped"):
+
+        class Leaf(Intermediate):
+            pytestmark: ClassVar[list[pytest.MarkDecorator]] = [pytest.mark.usefixtures("tmp_path")]
+
+
+def test_expecting_the_whole_class_to_fail_is_refused() -> None:
+    with pytest.raises(TypeError, match="expected to fail as a whole"):
+        type("Failing", (Complete,), {"pytestmark": [pytest.mark.xfail(reason="slow")]})
+
+
+@pytest.mark.parametrize(
+    "marks",
+    [
+        [pytest.mark.parametrize("anyio_backend", ["asyncio"])],
+        [pytest.mark.parametrize(("anyio_backend", "other"), [("asyncio", 1)])],
+        # The names as one string, by keyword, as authors also write them.
+        [pytest.mark.parametrize(argnames="other, anyio_backend", argvalues=[(1, "trio")])],  # noqa: PT006
+    ],
+)
+def test_narrowing_the_event_loops_by_parametrization_is_refused(marks: object) -> None:
+    # A direct parametrization replaces the kit's fixture and its two loops.
+    with pytest.raises(TypeError, match="anyio_backend cannot be parametrized"):
+        type("OneLoop", (Complete,), {"pytestmark": marks})
+
+
+def test_other_marks_on_the_class_are_accepted() -> None:
+    marked = pytest.mark.usefixtures("tmp_path")(type("Marked", (Complete,), {}))
+    type("Below", (marked,), {"pytestmark": [pytest.mark.parametrize("other", [1])]})
 
 
 @pytest.mark.parametrize(

@@ -27,13 +27,6 @@ DSN_VARIABLE = "PSYCH_MEMORY_TEST_POSTGRES_DSN"
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 
 
-@pytest.fixture(params=["asyncio", "trio"])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    # Listed explicitly: anyio's default would silently skip a missing backend.
-    backend: str = request.param
-    return backend
-
-
 @pytest.fixture(scope="session")
 def postgres_dsn() -> str:
     """The address of a live server, or a skip (a failure under CI=true)."""

@@ -27,12 +27,12 @@ from psych_runtime.memory.postgres import PostgresMemory
 if TYPE_CHECKING:
     from conftest import Backdoor
 
-pytestmark = pytest.mark.anyio
-
 _BOUND = 120
 _USERS = 120
 
-# Both pool kinds, on every event loop they run on.
+# Both pool kinds, on every event loop they run on. The module mixes runners,
+# so each test names its own: anyio for these, pytest-asyncio for what only
+# asyncio can run.
 _POOLS = pytest.mark.parametrize(
     ("anyio_backend", "pool_kind"),
     [("asyncio", "threads"), ("trio", "threads"), ("asyncio", "async")],
@@ -62,6 +62,7 @@ async def _left_in_tenant(backdoor: Backdoor, tenant: str) -> int:
     return int(rows[0][0])
 
 
+@pytest.mark.anyio
 @_POOLS
 async def test_short_timeouts_then_erase_leave_no_fact(
     postgres_dsn: str, schema: str, backdoor: Backdoor, pool_kind: str
@@ -82,7 +83,7 @@ async def test_short_timeouts_then_erase_leave_no_fact(
             assert await _left_in_tenant(backdoor, "acme") == 0
 
 
-@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@pytest.mark.asyncio
 @pytest.mark.parametrize("pool_kind", ["threads", "async"])
 async def test_plain_asyncio_timeouts_then_erase_leave_no_fact(
     postgres_dsn: str, schema: str, backdoor: Backdoor, pool_kind: str
@@ -121,6 +122,7 @@ class _Writers:
                 self.in_flow.set()
 
 
+@pytest.mark.anyio
 @_POOLS
 async def test_a_task_group_torn_down_under_many_writers_then_erase_leaves_no_fact(
     postgres_dsn: str, schema: str, backdoor: Backdoor, pool_kind: str
@@ -143,6 +145,7 @@ async def test_a_task_group_torn_down_under_many_writers_then_erase_leaves_no_fa
                 assert await _left_in_tenant(backdoor, tenant) == 0
 
 
+@pytest.mark.anyio
 @_POOLS
 async def test_cancelled_reads_leave_the_store_working(
     postgres_dsn: str, schema: str, backdoor: Backdoor, pool_kind: str

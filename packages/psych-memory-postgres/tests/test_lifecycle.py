@@ -11,7 +11,7 @@ import anyio.to_thread
 import psycopg
 import pytest
 from psycopg import sql
-from psycopg_pool import AsyncConnectionPool, ConnectionPool
+from psycopg_pool import ConnectionPool
 
 from psych_runtime.memory import port
 from psych_runtime.memory.postgres import (
@@ -88,21 +88,6 @@ async def test_async_with_closes_the_store_and_leaves_the_apps_pool_open(
             assert await again.recall("acme", "u1") == (fact,)
     finally:
         await anyio.to_thread.run_sync(pool.close)
-
-
-@pytest.mark.parametrize("anyio_backend", ["asyncio"])
-async def test_a_closed_application_pool_is_an_unavailable_store(
-    postgres_dsn: str, schema: str
-) -> None:
-    async with AsyncConnectionPool(
-        postgres_dsn, min_size=1, max_size=2, kwargs={"autocommit": True}, open=False
-    ) as pool:
-        store = PostgresMemory(pool, schema=schema)
-        await store.setup()
-    with pytest.raises(StoreUnavailableError) as caught:
-        await store.remember("acme", "u1", "the pool is gone")
-    assert caught.value.may_have_taken_effect is False
-    assert isinstance(caught.value.__cause__, psycopg.Error)
 
 
 class _Locked:

@@ -207,21 +207,6 @@ async def test_app_owned_sync_pool_works_on_both_backends(
     assert pool.closed
 
 
-@pytest.mark.parametrize("anyio_backend", ["asyncio"])
-async def test_app_owned_async_pool_works_on_asyncio(
-    postgres_dsn: str, schema: str, backdoor: Backdoor
-) -> None:
-    async with AsyncConnectionPool(postgres_dsn, min_size=1, max_size=2, open=False) as pool:
-        store = PostgresMemory(pool, schema=schema)
-        await store.setup()
-        fact = await store.remember("acme", "u1", "kept by the application's pool")
-        assert await backdoor.count("acme", "u1") == 1
-        assert await store.recall("acme", "u1") == (fact,)
-        assert await store.forget("acme", "u1", fact.id) is True
-    # The store never closes a pool it was given; the application did.
-    assert pool.closed
-
-
 @pytest.mark.parametrize("anyio_backend", ["trio"])
 async def test_async_pool_is_refused_on_trio() -> None:
     pool = AsyncConnectionPool(_NOWHERE, open=False)

@@ -8,13 +8,6 @@ import pytest
 from psych_runtime.memory.sqlite import SqliteMemory
 
 
-@pytest.fixture(params=["asyncio", "trio"])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    # Listed explicitly: anyio's default would silently skip a missing backend.
-    backend: str = request.param
-    return backend
-
-
 @pytest.fixture
 def db_path(tmp_path: Path) -> Path:
     return tmp_path / "memory.sqlite3"

@@ -7,7 +7,7 @@ from contextlib import AbstractAsyncContextManager, ExitStack
 
 import anyio.from_thread
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, rule
+from hypothesis.stateful import RuleBasedStateMachine, rule, run_state_machine_as_test
 
 from psych_runtime.memory.port import MemoryStore
 
@@ -22,10 +22,11 @@ from ._cases import (
     ScopeObject,
     key_of,
 )
+from ._harness import Harness
 from ._model import ReferenceModel
-from ._support import BlockingStore, CountStored, Refusal, check
+from ._support import BlockingStore, CountStored, Refusal, check, in_worker_thread
 
-__all__ = ["model_machine"]
+__all__ = ["ModelChecks", "model_machine"]
 
 _PAIRS = st.sampled_from((MAIN, SAME_TENANT, SAME_END_USER, SWAPPED))
 # Repeated contents make duplicates likely, which rule 1 says must stay apart.
@@ -154,3 +155,17 @@ def model_machine(
             )
 
     return StoreMatchesTheModel
+
+
+class ModelChecks(Harness):
+    """Rules 1-6 at once: what no single check's chosen calls would find."""
+
+    async def test_rules_hold_for_random_call_sequences(self) -> None:
+        """Rules 1-6: random interleavings of calls on four keys match a reference model."""
+        options = self._hypothesis_settings(stateful_step_count=self.max_steps)
+
+        def body(portal: anyio.from_thread.BlockingPortal) -> None:
+            machine = model_machine(portal, self._open, self.count_stored)
+            run_state_machine_as_test(machine, settings=options)
+
+        await in_worker_thread(body)

@@ -1,4 +1,4 @@
-"""Helpers the checks share: rule assertions, refusals, a blocking store."""
+"""Helpers the checks share: rule assertions, refusals, a store called from a thread."""
 
 from __future__ import annotations
 
@@ -7,13 +7,14 @@ from functools import partial
 from typing import TypeAlias
 
 import anyio.from_thread
+import anyio.to_thread
 
 from psych_runtime.memory.port import Memory, MemoryKey, MemoryStore
 
 from ._cases import MARKER
 from ._rules import RuleViolationError
 
-__all__ = ["BlockingStore", "CountStored", "Refusal", "check"]
+__all__ = ["BlockingStore", "CountStored", "Refusal", "check", "in_worker_thread"]
 
 CountStored: TypeAlias = Callable[[MemoryStore, MemoryKey], Awaitable[int]]
 """The backdoor: how many rows a key holds in the backend, counted directly."""
@@ -27,6 +28,27 @@ def check(condition: bool, rule: int, detail: str) -> None:  # noqa: FBT001
     """
     if not condition:
         raise RuleViolationError(rule, detail)
+
+
+async def in_worker_thread(body: Callable[[anyio.from_thread.BlockingPortal], object]) -> None:
+    """Run the synchronous ``body`` in a worker thread, with a portal back to this loop.
+
+    Hypothesis drives examples synchronously, so they run in a worker thread
+    and send every store call back to the loop the store lives on.
+
+    Raises:
+        Exception: Whatever ``body`` raised, itself rather than wrapped.
+    """
+    failure: Exception | None = None
+    async with anyio.from_thread.BlockingPortal() as portal:
+        try:
+            await anyio.to_thread.run_sync(body, portal)
+        except Exception as exc:  # noqa: BLE001 - raised again below, unwrapped.
+            failure = exc
+    # Raised out here, so that the report shows the broken rule itself
+    # rather than an exception group of the portal's task group.
+    if failure is not None:
+        raise failure
 
 
 class Refusal:
