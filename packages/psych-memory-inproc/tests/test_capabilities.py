@@ -263,3 +263,50 @@ async def test_a_copy_made_by_restore_is_exact_and_a_second_copy_adds_nothing(
         assert await target.end_users(tenant) == await source.end_users(tenant)
         for user in await source.end_users(tenant):
             assert await target.recall(tenant, user) == await source.recall(tenant, user)
+
+
+batches = st.lists(
+    st.tuples(st.sampled_from(["a", "b", "c", "d"]), keys, st.sampled_from(["x", "y"])),
+    max_size=12,
+)
+
+
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture], max_examples=100)
+@given(batch=batches)
+async def test_a_batch_is_stored_as_one_restore_after_another_or_not_at_all(
+    anyio_backend: str, batch: list[tuple[str, tuple[str, str], str]]
+) -> None:
+    facts = [fact(memory_id, tenant, user, content) for memory_id, (tenant, user), content in batch]
+    one_by_one, batched = InProcessMemory(), InProcessMemory()
+    try:
+        expected: int | None = sum([await one_by_one.restore(one) for one in facts])
+    except InvalidInputError:
+        expected = None
+    if expected is None:
+        with pytest.raises(InvalidInputError, match=r"memories\[\d+\]\.id"):
+            await batched.restore_many(facts)
+        assert await batched.tenants() == ()
+        return
+    assert await batched.restore_many(iter(facts)) == expected
+    assert await batched.restore_many(facts) == 0
+    assert await batched.tenants() == await one_by_one.tenants()
+    for tenant in await one_by_one.tenants():
+        for user in await one_by_one.end_users(tenant):
+            assert await batched.recall(tenant, user) == await one_by_one.recall(tenant, user)
+
+
+async def test_a_refused_batch_names_the_fact_by_its_index(memory: InProcessMemory) -> None:
+    await memory.restore(fact("taken"))
+    with pytest.raises(InvalidInputError) as refused:
+        await memory.restore_many([fact("fresh"), fact("taken", content="other")])
+    assert refused.value.argument == "memories[1].id"
+    with pytest.raises(InvalidInputError) as alone:
+        await memory.restore(fact("taken", content="other"))
+    assert alone.value.argument == "memory.id"
+    assert await memory.recall("acme", "u1") == (fact("taken"),)
+
+
+async def test_a_closed_store_refuses_a_batch(memory: InProcessMemory) -> None:
+    await memory.aclose()
+    with pytest.raises(StoreClosedError):
+        await memory.restore_many([fact("f1")])

@@ -205,7 +205,7 @@ class InProcessMemory(MemoryStore):
         with self._lock:
             if self._closed:
                 raise StoreClosedError("restore")
-            return self._restore_locked((memory,)) == 1
+            return self._restore_locked((memory,), batch=False) == 1
 
     async def restore_many(self, memories: Iterable[Memory]) -> int:
         """Store every fact as given, in order, all or none (see `RestoresFacts`).
@@ -223,9 +223,9 @@ class InProcessMemory(MemoryStore):
         with self._lock:
             if self._closed:
                 raise StoreClosedError("restore_many")
-            return self._restore_locked(checked)
+            return self._restore_locked(checked, batch=True)
 
-    def _restore_locked(self, memories: tuple[Memory, ...]) -> int:
+    def _restore_locked(self, memories: tuple[Memory, ...], *, batch: bool) -> int:
         # Called with the lock held. Every id is judged before anything is
         # stored, so a refusal leaves the table as it was.
         table = self._facts
@@ -242,7 +242,7 @@ class InProcessMemory(MemoryStore):
             if held is None:
                 new[memory_id] = memory
             elif held != memory:
-                argument = "memory.id" if len(memories) == 1 else f"memories[{index}].id"
+                argument = f"memories[{index}].id" if batch else "memory.id"
                 raise InvalidInputError(argument, "is held by a different fact in this store")
         for memory_id, memory in new.items():
             key = memory.key

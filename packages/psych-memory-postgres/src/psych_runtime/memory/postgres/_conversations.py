@@ -96,7 +96,7 @@ def restore_many(sql: Statements, memories: tuple[Memory, ...]) -> Conversation[
         if earlier is memory:
             given_at[memory.id] = index
         elif earlier != memory:
-            raise _taken(memories, index)
+            raise _taken(index)
     pending = tuple(new.values())
     stored = 0
     while pending:
@@ -111,7 +111,7 @@ def restore_many(sql: Statements, memories: tuple[Memory, ...]) -> Conversation[
         for memory in skipped:
             found = held.get(memory.id)
             if found is not None and found != _fields(memory):
-                raise _taken(memories, given_at[memory.id])
+                raise _taken(given_at[memory.id])
         # An id whose row went away meanwhile is tried again.
         pending = tuple(memory for memory in skipped if memory.id not in held)
     return stored
@@ -130,9 +130,10 @@ def _columns(memories: tuple[Memory, ...]) -> tuple[str, ...]:
     )
 
 
-def _taken(memories: tuple[Memory, ...], index: int) -> InvalidInputError:
-    argument = "memory.id" if len(memories) == 1 else f"memories[{index}].id"
-    return InvalidInputError(argument, "is already the id of another fact in this store")
+def _taken(index: int) -> InvalidInputError:
+    return InvalidInputError(
+        f"memories[{index}].id", "is already the id of another fact in this store"
+    )
 
 
 def _fields(memory: Memory) -> tuple[str, str, str, datetime]:

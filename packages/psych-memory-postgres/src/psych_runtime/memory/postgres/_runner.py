@@ -240,7 +240,8 @@ class Runner:
                         if fresh < pool.max_size and not _alive(conn.pgconn):
                             continue
                         holder.append(conn)
-                        if self._bounds is not None and conn not in self._prepared:
+                        bounded = self._bounds is None or conn in self._prepared
+                        if not bounded:
                             await conn.execute(_SESSION_BOUNDS, self._bounds)
                         progress.sent = sent = True
                         if call.transaction:
@@ -248,7 +249,8 @@ class Runner:
                                 result = await _converse_async(conn, call.conversation())
                         else:
                             result = await _converse_async(conn, call.conversation())
-                        self._prepared.add(conn)
+                        if not bounded:
+                            self._prepared.add(conn)
                         return result
             except psycopg.Error as exc:
                 broken = bool(holder) and holder[-1].broken
@@ -272,7 +274,8 @@ class Runner:
                         if fresh < pool.max_size and not _alive(conn.pgconn):
                             continue
                         holder.append(conn)
-                        if self._bounds is not None and conn not in self._prepared:
+                        bounded = self._bounds is None or conn in self._prepared
+                        if not bounded:
                             conn.execute(_SESSION_BOUNDS, self._bounds)
                         progress.sent = sent = True
                         if call.transaction:
@@ -280,7 +283,8 @@ class Runner:
                                 result = _converse_sync(conn, call.conversation())
                         else:
                             result = _converse_sync(conn, call.conversation())
-                        self._prepared.add(conn)
+                        if not bounded:
+                            self._prepared.add(conn)
                         return result
             except psycopg.Error as exc:
                 broken = bool(holder) and holder[-1].broken

@@ -460,10 +460,8 @@ class SqliteMemory(MemoryStore):
                 whether the fact may be stored all the same.
             DatabaseFileError: The file turned out to be corrupt; nothing was stored.
         """
-        memory = validate_restored(memory)
-        return await self._run(
-            "restore", lambda conn: self._written(conn, "restore", _putting((memory,))) == 1
-        )
+        put = _putting((validate_restored(memory),), batch=False)
+        return await self._run("restore", lambda conn: self._written(conn, "restore", put) == 1)
 
     async def restore_many(self, memories: Iterable[Memory]) -> int:
         """Store every fact as given, in order, all or none, in one transaction.
@@ -482,9 +480,9 @@ class SqliteMemory(MemoryStore):
             DatabaseUnavailableError: As `restore`.
             DatabaseFileError: As `restore`.
         """
-        checked = validate_restored_many(memories)
+        put = _putting(validate_restored_many(memories), batch=True)
         return await self._run(
-            "restore_many", lambda conn: self._written(conn, "restore_many", _putting(checked))
+            "restore_many", lambda conn: self._written(conn, "restore_many", put)
         )
 
     @staticmethod
@@ -670,7 +668,7 @@ def _closed_state(state: str) -> str:
     return "not open" if state in ("new", "opening") else "closed"
 
 
-def _putting(memories: tuple[Memory, ...]) -> Callable[[sqlite3.Connection], int]:
+def _putting(memories: tuple[Memory, ...], *, batch: bool) -> Callable[[sqlite3.Connection], int]:
     """The body of a transaction that stores ``memories``, skipping those held exactly."""
 
     def put(conn: sqlite3.Connection) -> int:
@@ -693,7 +691,7 @@ def _putting(memories: tuple[Memory, ...]) -> Callable[[sqlite3.Connection], int
                     continue
                 held = tuple(found)
             if held != row:
-                argument = "memory.id" if len(memories) == 1 else f"memories[{index}].id"
+                argument = f"memories[{index}].id" if batch else "memory.id"
                 raise InvalidInputError(
                     argument, "is already the id of a different fact in this store"
                 )
