@@ -7,6 +7,14 @@ keep only what is theirs.
 """
 
 import pytest
+from hypothesis import settings
+
+# Speed is measured by the benchmarks and never asserted by a test: a
+# Hypothesis deadline would fail an example that a garbage collection or a
+# busy machine happened to slow down, which says nothing about the rule the
+# test names.
+settings.register_profile("repository", deadline=None)
+settings.load_profile("repository")
 
 # Plugins can be named only in a conftest that pytest reads at start-up,
 # which this one always is, whichever test folder is run.
