@@ -202,10 +202,10 @@ async def test_a_file_locked_past_the_busy_timeout_fails_at_open(db_path: Path) 
 
 async def test_stores_opening_a_new_file_at_once_lay_it_out_once(db_path: Path) -> None:
     stores = [SqliteMemory(db_path) for _ in range(8)]
-    async with anyio.create_task_group() as group:
-        for store in stores:
-            group.start_soon(store.open)
     try:
+        async with anyio.create_task_group() as group:
+            for store in stores:
+                group.start_soon(store.open)
         facts = [
             await store.remember("acme", "user-1", f"fact {i}") for i, store in enumerate(stores)
         ]
@@ -215,6 +215,58 @@ async def test_stores_opening_a_new_file_at_once_lay_it_out_once(db_path: Path) 
         for store in stores:
             await store.aclose()
     assert header(db_path) == (OUR_APPLICATION_ID, SCHEMA_VERSION)
+
+
+async def test_opening_a_new_file_waits_while_another_connection_is_writing(
+    db_path: Path,
+) -> None:
+    # A new file starts in rollback mode. Switching it to write-ahead logging
+    # reads the file and then asks for the write lock; while another
+    # connection holds that lock, SQLite refuses at once instead of waiting
+    # (the two could wait for each other), so the store does the waiting, as
+    # it does for every other lock.
+    writer = sqlite3.connect(db_path, isolation_level=None)
+    store = SqliteMemory(db_path, busy_timeout=60)
+    opened = anyio.Event()
+
+    async def open_store() -> None:
+        await store.open()
+        opened.set()
+
+    try:
+        writer.execute("BEGIN IMMEDIATE")
+        async with anyio.create_task_group() as group:
+            group.start_soon(open_store)
+            # A bound on how long the writer holds on, not a wait for an
+            # event: while it holds the lock, the open can neither succeed
+            # nor fail.
+            with anyio.move_on_after(0.5):
+                await opened.wait()
+            assert not opened.is_set()
+            writer.execute("COMMIT")
+        fact = await store.remember("acme", "user-1", "after the other writer")
+        assert await store.recall("acme", "user-1") == (fact,)
+    finally:
+        writer.close()
+        await store.aclose()
+    assert header(db_path) == (OUR_APPLICATION_ID, SCHEMA_VERSION)
+
+
+async def test_opening_a_new_file_gives_up_after_the_busy_timeout_and_lays_out_nothing(
+    db_path: Path,
+) -> None:
+    writer = sqlite3.connect(db_path, isolation_level=None)
+    try:
+        writer.execute("BEGIN IMMEDIATE")
+        store = SqliteMemory(db_path, busy_timeout=0.05)
+        with pytest.raises(DatabaseUnavailableError, match=r"busy timeout of 0\.05 s"):
+            await store.open()
+        writer.execute("COMMIT")
+    finally:
+        writer.close()
+    assert header(db_path) == (0, 0)
+    with pytest.raises(port.StoreClosedError):
+        await store.remember("acme", "user-1", "never stored")
 
 
 async def test_a_first_version_file_is_migrated_and_keeps_its_facts(db_path: Path) -> None:

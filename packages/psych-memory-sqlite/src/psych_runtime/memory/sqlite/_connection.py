@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from pathlib import Path
+from typing import Final
 from urllib.parse import quote
 
 from ._errors import SqliteMemoryError
 from ._schema import check_schema, prepare_schema
 
 __all__ = ["connect", "prepare"]
+
+_BUSY: Final = 5  # SQLite's primary result code SQLITE_BUSY.
+_FIRST_PAUSE: Final = 0.001
+_LONGEST_PAUSE: Final = 0.05
 
 
 def connect(path: Path, busy_timeout: float, *, create: bool) -> sqlite3.Connection:
@@ -31,7 +37,7 @@ def connect(path: Path, busy_timeout: float, *, create: bool) -> sqlite3.Connect
     )
 
 
-def prepare(conn: sqlite3.Connection, name: str, synchronous: str) -> None:
+def prepare(conn: sqlite3.Connection, name: str, synchronous: str, busy_timeout: float) -> None:
     """Check the file, switch it to write-ahead logging and lay out or migrate its schema.
 
     Raises:
@@ -43,7 +49,7 @@ def prepare(conn: sqlite3.Connection, name: str, synchronous: str) -> None:
     # Read before writing anything: a foreign, newer or damaged file must
     # be left exactly as it was found.
     check_schema(conn, name)
-    (mode,) = conn.execute("PRAGMA journal_mode = WAL").fetchone()
+    mode = _use_write_ahead_log(conn, busy_timeout)
     if mode != "wal":
         raise SqliteMemoryError(
             f"SQLite cannot keep a write-ahead log for {name} (journal mode stayed {mode!r})"
@@ -53,3 +59,27 @@ def prepare(conn: sqlite3.Connection, name: str, synchronous: str) -> None:
     # Temporary tables and indices never touch the disk.
     conn.execute("PRAGMA temp_store = MEMORY")
     prepare_schema(conn, name)
+
+
+def _use_write_ahead_log(conn: sqlite3.Connection, busy_timeout: float) -> str:
+    """Switch the file to write-ahead logging; return the journal mode it is in.
+
+    Raises:
+        sqlite3.Error: SQLite failed, or the file stayed locked past ``busy_timeout``.
+    """
+    # The switch takes a read lock and then asks for the write lock while
+    # holding it, and SQLite answers that with SQLITE_BUSY at once instead
+    # of waiting the busy timeout. Stores opening a new file together (the
+    # file starts in rollback mode) would then fail; they wait here instead.
+    deadline = time.monotonic() + busy_timeout
+    pause = _FIRST_PAUSE
+    while True:
+        try:
+            (mode,) = conn.execute("PRAGMA journal_mode = WAL").fetchone()
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode & 0xFF != _BUSY or time.monotonic() + pause > deadline:
+                raise
+        else:
+            return str(mode)
+        time.sleep(pause)
+        pause = min(2 * pause, _LONGEST_PAUSE)

@@ -614,7 +614,7 @@ class SqliteMemory(MemoryStore):
         except sqlite3.Error as exc:
             raise self._failure("open", exc, may_have_taken_effect=False) from exc
         try:
-            prepare(conn, os.fspath(self._path), self._durability.upper())
+            prepare(conn, os.fspath(self._path), self._durability.upper(), self._busy_timeout)
             identity = self._identify_opened()
         except sqlite3.Error as exc:
             conn.close()
