@@ -7,6 +7,7 @@ third party's backend would be seen.
 
 from __future__ import annotations
 
+import json
 import sys
 import uuid
 from collections.abc import Iterator
@@ -38,6 +39,36 @@ class Down(FourMethods):
     async def recall(self, scope, end_user_id, *, limit=None):
         raise StoreUnavailableError("recall", "the server went away", may_have_taken_effect=False)
 
+class ListsAndRestores(FourMethods):
+    # Lists and restores, but cannot count: the command reads every key.
+    async def tenants(self):
+        return await self._inner.tenants()
+    async def end_users(self, scope):
+        return await self._inner.end_users(scope)
+    async def restore(self, memory):
+        return await self._inner.restore(memory)
+    async def restore_many(self, memories):
+        return await self._inner.restore_many(memories)
+
+class Lossy(ListsAndRestores):
+    # Counts, but its restore_many drops the last fact of every batch, silently.
+    async def fact_counts(self, scope):
+        return await self._inner.fact_counts(scope)
+    async def restore_many(self, memories):
+        memories = list(memories)
+        return await self._inner.restore_many(memories[:-1])
+
+# One store per URL for the whole test, so that commands share it.
+STORES = {}
+
+@asynccontextmanager
+async def lists_and_restores(url):
+    yield STORES.setdefault(url, ListsAndRestores())
+
+@asynccontextmanager
+async def lossy(url):
+    yield STORES.setdefault(url, Lossy())
+
 @asynccontextmanager
 async def four_methods(url):
     yield FourMethods()
@@ -50,7 +81,7 @@ async def down(url):
 
 @pytest.fixture
 def schemes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Install the schemes ``fourmethods:`` and ``down:``."""
+    """Install the schemes ``fourmethods:``, ``down:``, ``nocount:`` and ``lossy:``."""
     folder = tmp_path / "site-packages"
     folder.mkdir()
     monkeypatch.syspath_prepend(str(folder))
@@ -62,7 +93,9 @@ def schemes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         "Metadata-Version: 2.1\nName: cli-test-backends\nVersion: 1.0\n", "utf-8"
     )
     (info / "entry_points.txt").write_text(
-        f"[psych_runtime.memory.stores]\nfourmethods = {name}:four_methods\ndown = {name}:down\n",
+        "[psych_runtime.memory.stores]\n"
+        f"fourmethods = {name}:four_methods\ndown = {name}:down\n"
+        f"nocount = {name}:lists_and_restores\nlossy = {name}:lossy\n",
         "utf-8",
     )
     yield
@@ -109,4 +142,61 @@ def test_a_failing_store_is_unavailable_and_says_whether_anything_changed(
     assert main(argv) == ExitCode.UNAVAILABLE
     assert capsys.readouterr().err == (
         "psych-memory: error: URL: recall failed: the server went away; it changed nothing\n"
+    )
+
+
+def _seeded(url: str, tmp_path: Path, end_users: int) -> None:
+    # Exports written by hand and imported: the test's stores have no file.
+    for n in range(end_users):
+        document = {
+            "format": "psych-memory-export",
+            "version": 1,
+            "tenant": "acme",
+            "end_user_id": f"u{n}",
+            "exported_at": "2026-02-01T00:00:00Z",
+            "facts": [
+                {
+                    "id": f"fact-{n}-{i}",
+                    "content": f"fact {i} of u{n}",
+                    "created_at": f"2026-01-0{1 + i}T00:00:00Z",
+                }
+                for i in range(3)
+            ],
+        }
+        path = tmp_path / f"u{n}.json"
+        path.write_text(json.dumps(document), encoding="utf-8")
+        assert main(["import", url, str(path)]) == ExitCode.DONE
+
+
+@pytest.mark.usefixtures("schemes")
+def test_stores_that_cannot_count_are_read_key_by_key_and_still_checked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _seeded("nocount:source", tmp_path, 3)
+    capsys.readouterr()
+    assert main(["migrate", "nocount:source", "nocount:destination", "--jobs", "2"]) == 0
+    assert capsys.readouterr().out == (
+        "copied 9 fact(s); 9 fact(s) of 3 end user(s) are now in both stores, counts checked\n"
+    )
+    assert main(["migrate", "nocount:source", "nocount:destination"]) == 0
+    assert capsys.readouterr().out.startswith("copied nothing: the destination already held all 9")
+    assert main(["count", "nocount:destination"]) == 0
+    assert main(["count", "nocount:destination", "--tenant", "acme"]) == 0
+    assert capsys.readouterr().out == "9\n9\n"
+
+
+@pytest.mark.usefixtures("schemes")
+@pytest.mark.parametrize("source", ["nocount:source", "lossy:source"])
+def test_a_destination_that_lost_facts_while_copying_is_refused_at_the_count(
+    source: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The source counts or not; the destination counts, and is short by one
+    # fact after the copy.
+    _seeded(source, tmp_path, 2)
+    capsys.readouterr()
+    assert main(["migrate", source, "lossy:destination", "--jobs", "1"]) == ExitCode.REFUSED
+    captured = capsys.readouterr()
+    assert captured.err == (
+        "psych-memory: error: TO_URL: after copying, 1 end user(s) hold other facts than in "
+        "FROM_URL (was either store written to meanwhile?); run migrate again to finish\n"
     )

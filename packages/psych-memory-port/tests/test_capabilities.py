@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from psych_runtime.memory.port import (
     MAX_RESTORED_ID_LENGTH,
+    CountsFacts,
     InvalidContentError,
     InvalidInputError,
     ListsEndUsers,
@@ -32,6 +33,11 @@ class _Lists:
         return ()
 
 
+class _Counts:
+    async def fact_counts(self, scope: Scope) -> Mapping[str, int]:
+        return {}
+
+
 class _RestoresOne:
     async def restore(self, memory: Memory) -> bool:
         return False
@@ -47,6 +53,9 @@ def test_a_store_provides_a_capability_by_having_its_methods() -> None:
     assert not isinstance(_Lists(), RestoresFacts)
     assert isinstance(_Restores(), RestoresFacts)
     assert not isinstance(_Restores(), ListsEndUsers)
+    assert isinstance(_Counts(), CountsFacts)
+    assert not isinstance(_Counts(), ListsEndUsers)
+    assert not isinstance(_Lists(), CountsFacts)
 
 
 def test_restoring_one_fact_at_a_time_is_not_the_whole_capability() -> None:

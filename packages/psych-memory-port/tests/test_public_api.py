@@ -19,6 +19,7 @@ def test_all_is_exactly_the_public_api() -> None:
             "MAX_CONTENT_LENGTH",
             "MAX_KEY_LENGTH",
             "MAX_RESTORED_ID_LENGTH",
+            "CountsFacts",
             "HasTenant",
             "InvalidContentError",
             "InvalidInputError",

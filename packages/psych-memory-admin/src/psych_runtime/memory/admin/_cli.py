@@ -22,6 +22,8 @@ from typing import Any, Final
 import anyio
 import click
 
+from psych_runtime.memory.port import CountsFacts
+
 from ._exit import CommandError, ExitCode
 from ._format import Layout, parse_export, render_export, utc_text
 from ._migrate import Migration, Progress, migrate
@@ -308,6 +310,9 @@ def count(url: str, tenant: str | None, end_user: str | None) -> int:
                 tenants = (key.tenant,) if tenant is not None else await lists.tenants()
                 total = 0
                 for name in tenants:
+                    if isinstance(store, CountsFacts):
+                        total += sum((await store.fact_counts(name)).values())
+                        continue
                     for user in await lists.end_users(name):
                         total += len(await store.recall(name, user))
         click.echo(str(total))

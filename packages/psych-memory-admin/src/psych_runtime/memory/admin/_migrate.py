@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Container, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 import anyio
 
 from psych_runtime.memory.port import (
+    CountsFacts,
     InvalidInputError,
     ListsEndUsers,
     Memory,
@@ -67,6 +68,16 @@ class _Plan:
     """The source's facts as checked, unless they were too many to keep."""
 
 
+@dataclass(frozen=True, slots=True)
+class _Known:
+    """What the stores could say about their keys without reading them."""
+
+    occupied: Container[MemoryKey] | None
+    """The keys the destination holds facts for; ``None``: it cannot list them."""
+    totals: Mapping[MemoryKey, int] | None
+    """Each source key's number of facts; ``None``: it cannot count them."""
+
+
 async def migrate(
     source: MemoryStore,
     destination: MemoryStore,
@@ -79,12 +90,15 @@ async def migrate(
 
     First every key is checked: the destination's facts for it must be the
     first facts of the source's, the same ids, contents and times in the
-    same order (they are what an earlier, interrupted run copied). Only then
-    are the missing facts restored, each key's in order, ``jobs`` writers at
-    a time; each writer sends the facts of several keys per call, a key's
-    facts always in order, so that a key holds a first part of its facts
-    whenever a run stops. Last, every key's facts in the destination are
-    counted and compared with what was copied.
+    same order (they are what an earlier, interrupted run copied). A key the
+    destination does not hold cannot disagree, so when the source can count
+    its facts (`CountsFacts`) such a key is not read until it is copied.
+    Only then are the missing facts restored, each key's in order, ``jobs``
+    writers at a time; each writer sends the facts of several keys per call,
+    a key's facts always in order, so that a key holds a first part of its
+    facts whenever a run stops. Last, every key's facts in the destination
+    are counted (with one query per tenant when it can count) and compared
+    with what was copied.
 
     Raises:
         CommandError: A store lacks a capability, or a destination key holds
@@ -98,20 +112,17 @@ async def migrate(
     keys = [
         MemoryKey(name, end_user) for name in tenants for end_user in await lists.end_users(name)
     ]
-    plan = await _checked(source, destination, keys, await _occupied(destination, tenants), jobs)
+    plan = await _checked(
+        source,
+        destination,
+        keys,
+        _Known(await _occupied(destination, tenants), await _counted(source, tenants)),
+        jobs,
+    )
     progress.planned(sum(step.total - step.held for step in plan.values()))
     copier = _Copier(source, restores, plan, progress)
     await _share(keys, copier.copy, jobs)
-    mismatched: list[MemoryKey] = []
-
-    async def verify(key: MemoryKey) -> None:
-        step = plan[key]
-        held = await destination.recall(key.tenant, key.end_user_id)
-        copied = held if step.facts is None else step.facts
-        if len(held) != step.total or not held_prefix(copied, held):
-            mismatched.append(key)
-
-    await _each(keys, verify, jobs)
+    mismatched = await _mismatched(destination, tenants, keys, plan, jobs)
     if mismatched:
         raise CommandError(
             "TO_URL",
@@ -128,7 +139,7 @@ async def _checked(
     source: MemoryStore,
     destination: MemoryStore,
     keys: Sequence[MemoryKey],
-    occupied: set[MemoryKey] | None,
+    known: _Known,
     jobs: int,
 ) -> dict[MemoryKey, _Plan]:
     # Every key is judged before anything is written, so a refusal copies nothing.
@@ -138,6 +149,11 @@ async def _checked(
 
     async def check(key: MemoryKey) -> None:
         nonlocal kept
+        occupied, totals = known.occupied, known.totals
+        if totals is not None and occupied is not None and key not in occupied:
+            # Nothing there to disagree with: the copy reads the source.
+            plan[key] = _Plan(totals.get(key, 0), 0, None)
+            return
         wanted = await source.recall(key.tenant, key.end_user_id)
         held: tuple[Memory, ...] = ()
         if occupied is None or key in occupied:
@@ -211,6 +227,42 @@ class _Copier:
         for _ in range(sum(1 for end in ends if end <= written)):
             self._progress.finished_key()
         return [end - written for end in ends if end > written]
+
+
+async def _mismatched(
+    destination: MemoryStore,
+    tenants: Sequence[str],
+    keys: Sequence[MemoryKey],
+    plan: Mapping[MemoryKey, _Plan],
+    jobs: int,
+) -> list[MemoryKey]:
+    # The keys whose facts in the destination are not what was copied.
+    counts = await _counted(destination, tenants)
+    if counts is not None:
+        return [key for key in keys if counts.get(key, 0) != plan[key].total]
+    mismatched: list[MemoryKey] = []
+
+    async def verify(key: MemoryKey) -> None:
+        step = plan[key]
+        held = await destination.recall(key.tenant, key.end_user_id)
+        copied = held if step.facts is None else step.facts
+        if len(held) != step.total or not held_prefix(copied, held):
+            mismatched.append(key)
+
+    await _each(keys, verify, jobs)
+    return mismatched
+
+
+async def _counted(store: MemoryStore, tenants: Sequence[str]) -> dict[MemoryKey, int] | None:
+    # Every key's number of facts, when the store can count: one query per
+    # tenant instead of reading every key. ``None``: it cannot.
+    if not isinstance(store, CountsFacts):
+        return None
+    return {
+        MemoryKey(tenant, end_user): count
+        for tenant in tenants
+        for end_user, count in (await store.fact_counts(tenant)).items()
+    }
 
 
 async def _occupied(store: MemoryStore, tenants: Sequence[str]) -> set[MemoryKey] | None:

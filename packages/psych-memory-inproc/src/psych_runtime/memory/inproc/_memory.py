@@ -48,8 +48,9 @@ class InProcessMemory(MemoryStore):
     once; afterwards each call raises `StoreClosedError`.
 
     Beyond the four methods it provides the port's operator capabilities
-    `ListsEndUsers` (`tenants`, `end_users`: O(keys in the store)) and
-    `RestoresFacts` (`restore`: O(1); `restore_many`: O(facts given)).
+    `ListsEndUsers` (`tenants`, `end_users`: O(keys in the store)),
+    `CountsFacts` (`fact_counts`: O(keys in the store)) and `RestoresFacts`
+    (`restore`: O(1); `restore_many`: O(facts given)).
     Restoring needs to know which ids the whole store holds; that index is
     built on the first restore and kept from then on, so a store that never
     restores pays nothing for it.
@@ -181,6 +182,25 @@ class InProcessMemory(MemoryStore):
                 raise StoreClosedError("end_users")
             keys = tuple(self._facts)
         return tuple(sorted(key.end_user_id for key in keys if key.tenant == tenant))
+
+    async def fact_counts(self, scope: Scope) -> dict[str, int]:
+        """How many facts each end user of the tenant holds, by end user (see `CountsFacts`).
+
+        Raises:
+            TypeError: ``scope`` has the wrong type.
+            InvalidKeyError: The tenant breaks a key rule.
+            StoreClosedError: The store was closed.
+        """
+        tenant = memory_key(scope, "-").tenant
+        with self._lock:
+            if self._closed:
+                raise StoreClosedError("fact_counts")
+            counts = [
+                (key.end_user_id, len(facts))
+                for key, facts in self._facts.items()
+                if key.tenant == tenant
+            ]
+        return dict(sorted(counts))
 
     async def restore(self, memory: Memory) -> bool:
         """Store ``memory`` as given, after its key's facts (see `RestoresFacts`).

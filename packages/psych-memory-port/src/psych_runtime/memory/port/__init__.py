@@ -8,6 +8,7 @@ accepts and refuses exactly the same input.
 
 from ._capabilities import (
     MAX_RESTORED_ID_LENGTH,
+    CountsFacts,
     ListsEndUsers,
     RestoresFacts,
     validate_restored,
@@ -41,6 +42,7 @@ __all__ = [
     "MAX_CONTENT_LENGTH",
     "MAX_KEY_LENGTH",
     "MAX_RESTORED_ID_LENGTH",
+    "CountsFacts",
     "HasTenant",
     "InvalidContentError",
     "InvalidInputError",

@@ -1,18 +1,18 @@
 """Capabilities beyond the four methods, which a store may provide.
 
-Operators need two things an agent never does: to list whose facts a store
-holds (to answer "what do you hold about me", or to count), and to write a
-fact exactly as it was (to move facts between stores). Neither belongs in
-`MemoryStore`, whose four methods are all an agent may call; each is a small
-protocol instead. A store provides a capability by having its methods: tools
-check with ``isinstance(store, ListsEndUsers)`` and report clearly when a
-store lacks one.
+Operators need three things an agent never does: to list whose facts a
+store holds (to answer "what do you hold about me"), to count them without
+reading them, and to write a fact exactly as it was (to move facts between
+stores). None belongs in `MemoryStore`, whose four methods are all an agent
+may call; each is a small protocol instead. A store provides a capability
+by having its methods: tools check with ``isinstance(store, ListsEndUsers)``
+and report clearly when a store lacks one.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Final, Protocol, runtime_checkable
 
@@ -23,6 +23,7 @@ from ._validation import _type_name, validate_content
 
 __all__ = [
     "MAX_RESTORED_ID_LENGTH",
+    "CountsFacts",
     "ListsEndUsers",
     "RestoresFacts",
     "validate_restored",
@@ -54,6 +55,32 @@ class ListsEndUsers(Protocol):
 
     async def end_users(self, scope: Scope) -> tuple[str, ...]:
         """Every end user of the tenant with at least one fact, sorted by code point.
+
+        Raises:
+            TypeError: ``scope`` has the wrong type.
+            InvalidKeyError: The tenant breaks a key rule.
+            MemoryStoreError: The store failed (see `MemoryStore`).
+        """
+        ...
+
+
+@runtime_checkable
+class CountsFacts(Protocol):
+    """A store that can count a tenant's facts per end user without reading them.
+
+    What moving or auditing a large store needs: how many facts each end
+    user holds, at the cost of one query rather than a `MemoryStore.recall`
+    of every end user.
+    """
+
+    async def fact_counts(self, scope: Scope) -> Mapping[str, int]:
+        """How many facts each end user of the tenant holds, in one snapshot.
+
+        Every end user of the tenant holding at least one fact appears, with
+        the number of facts `MemoryStore.recall` would return for it, in
+        code-point order of end-user ids; no other end user appears (an end
+        user whose facts were all forgotten or erased is left out). The
+        mapping is the caller's own.
 
         Raises:
             TypeError: ``scope`` has the wrong type.
@@ -134,21 +161,40 @@ def validate_restored(memory: object, argument: str = "memory") -> Memory:
         InvalidInputError: The id is not restorable (see
             `validate_restored_id`), or ``created_at`` is naive.
     """
-    if not isinstance(memory, Memory):
-        raise TypeError(f"{argument} must be a Memory, not {_type_name(memory)}")
-    validate_restored_id(memory.id, f"{argument}.id")
+    return _restored(memory, argument)
+
+
+def _restored(memory: object, argument: str | int) -> Memory:
+    # ``argument`` is a name, or the index of the fact in ``memories``: the
+    # name is only spelled out for an error, so that a batch of valid facts
+    # builds no strings.
+    if type(memory) is not Memory:
+        raise TypeError(f"{_name(argument)} must be a Memory, not {_type_name(memory)}")
+    memory_id: object = memory.id
+    if (
+        type(memory_id) is not str
+        or not 0 < len(memory_id) <= MAX_RESTORED_ID_LENGTH
+        or not _RESTORABLE_ID.fullmatch(memory_id)
+    ):
+        validate_restored_id(memory_id, f"{_name(argument)}.id")
     key: object = memory.key
-    if not isinstance(key, MemoryKey):
-        raise TypeError(f"{argument}.key must be a MemoryKey, not {_type_name(key)}")
+    if type(key) is not MemoryKey:
+        raise TypeError(f"{_name(argument)}.key must be a MemoryKey, not {_type_name(key)}")
     validate_content(memory.content)
     created_at: object = memory.created_at
     if not isinstance(created_at, datetime):
-        raise TypeError(f"{argument}.created_at must be a datetime, not {_type_name(created_at)}")
-    if created_at.utcoffset() is None:
-        raise InvalidInputError(f"{argument}.created_at", "must be timezone-aware")
+        raise TypeError(
+            f"{_name(argument)}.created_at must be a datetime, not {_type_name(created_at)}"
+        )
     if created_at.tzinfo is UTC:
         return memory
+    if created_at.utcoffset() is None:
+        raise InvalidInputError(f"{_name(argument)}.created_at", "must be timezone-aware")
     return Memory(memory.id, memory.key, memory.content, created_at.astimezone(UTC))
+
+
+def _name(argument: str | int) -> str:
+    return argument if isinstance(argument, str) else f"memories[{argument}]"
 
 
 def validate_restored_many(memories: object) -> tuple[Memory, ...]:
@@ -169,9 +215,7 @@ def validate_restored_many(memories: object) -> tuple[Memory, ...]:
         raise TypeError(
             f"memories must be an iterable of Memory, not {_type_name(memories)}"
         ) from None
-    return tuple(
-        [validate_restored(memory, f"memories[{index}]") for index, memory in enumerate(items)]
-    )
+    return tuple([_restored(memory, index) for index, memory in enumerate(items)])
 
 
 def validate_restored_id(memory_id: object, argument: str = "memory.id") -> str:

@@ -21,6 +21,7 @@ from ._schema import Statements
 __all__ = [
     "end_users",
     "erase",
+    "fact_counts",
     "forget",
     "new_id",
     "recall",
@@ -168,6 +169,12 @@ def end_users(sql: Statements, tenant: str) -> Conversation[tuple[str, ...]]:
     """Every end user of ``tenant`` holding a fact, in code point order."""
     rows, _ = yield (sql.end_users, (tenant,))
     return tuple([row[0] for row in rows])
+
+
+def fact_counts(sql: Statements, tenant: str) -> Conversation[dict[str, int]]:
+    """How many facts each end user of ``tenant`` holds, in code point order."""
+    rows, _ = yield (sql.fact_counts, (tenant,))
+    return {end_user: int(count) for end_user, count in rows}
 
 
 def schema_version(sql: Statements) -> Conversation[int | None]:

@@ -147,6 +147,7 @@ class Statements:
     erase: bytes
     tenants: bytes
     end_users: bytes
+    fact_counts: bytes
     has_versions: bytes
     versions_table: str
     version: bytes
@@ -216,6 +217,10 @@ class Statements:
             tenants=render("SELECT DISTINCT tenant FROM {memories} ORDER BY tenant"),
             end_users=render(
                 "SELECT DISTINCT end_user_id FROM {memories} WHERE tenant = %s ORDER BY end_user_id"
+            ),
+            fact_counts=render(
+                "SELECT end_user_id, count(*) FROM {memories} WHERE tenant = %s"
+                " GROUP BY end_user_id ORDER BY end_user_id"
             ),
             has_versions=b"SELECT to_regclass(%s) IS NOT NULL",
             versions_table=names["versions"].as_string(None),

@@ -460,6 +460,26 @@ class PostgresMemory(MemoryStore):
             "end_users", partial(talk.end_users, self._sql, tenant), replayable=True, changes=False
         )
 
+    async def fact_counts(self, scope: Scope) -> dict[str, int]:
+        """How many facts each end user of the tenant holds, with one query.
+
+        See `CountsFacts.fact_counts`.
+
+        Raises:
+            TypeError: ``scope`` has the wrong type.
+            InvalidKeyError: The tenant breaks a key rule.
+            SchemaVersionError: The schema is missing, older or newer.
+            StoreUnavailableError: The server could not complete the call.
+            StoreClosedError: The store was closed.
+        """
+        tenant = _tenant_of(scope)
+        return await self._run(
+            "fact_counts",
+            partial(talk.fact_counts, self._sql, tenant),
+            replayable=True,
+            changes=False,
+        )
+
     async def restore(self, memory: Memory) -> bool:
         """Store ``memory`` as given (id, key, content, time), after the key's facts.
 

@@ -71,6 +71,11 @@ _TENANTS: Final = "SELECT DISTINCT tenant FROM psych_memory_fact ORDER BY tenant
 _END_USERS: Final = (
     "SELECT DISTINCT end_user_id FROM psych_memory_fact WHERE tenant = ? ORDER BY end_user_id"
 )
+# UTF-8 compared byte by byte (SQLite's BINARY collation) is code-point order.
+_COUNTS: Final = (
+    "SELECT end_user_id, count(*) FROM psych_memory_fact WHERE tenant = ? "
+    "GROUP BY end_user_id ORDER BY end_user_id"
+)
 
 
 class SqliteMemory(MemoryStore):
@@ -104,8 +109,8 @@ class SqliteMemory(MemoryStore):
     effect is decided (made or not) before the cancellation reaches the
     caller.
 
-    The store also provides the port's `ListsEndUsers` and `RestoresFacts`
-    capabilities.
+    The store also provides the port's `ListsEndUsers`, `CountsFacts` and
+    `RestoresFacts` capabilities.
 
     Args:
         path: The database file. It is created at open if missing; its
@@ -434,6 +439,24 @@ class SqliteMemory(MemoryStore):
             return tuple(end_user for (end_user,) in rows)
 
         return await self._run("end_users", lambda conn: self._read(conn, "end_users", select))
+
+    async def fact_counts(self, scope: Scope) -> dict[str, int]:
+        """How many facts each end user of the tenant holds, with one query (`CountsFacts`).
+
+        Raises:
+            TypeError: ``scope`` has the wrong type.
+            InvalidKeyError: The tenant breaks a key rule.
+            StoreClosedError: The store is not open, or was closed.
+            DatabaseFileMovedError: The file was deleted or replaced since opening.
+            DatabaseUnavailableError: SQLite failed.
+            DatabaseFileError: The file turned out to be corrupt.
+        """
+        tenant = memory_key(scope, "-").tenant
+
+        def select(conn: sqlite3.Connection) -> dict[str, int]:
+            return dict(conn.execute(_COUNTS, (tenant,)).fetchall())
+
+        return await self._run("fact_counts", lambda conn: self._read(conn, "fact_counts", select))
 
     async def restore(self, memory: Memory) -> bool:
         """Store ``memory`` exactly as given, after its key's facts (`RestoresFacts`).
