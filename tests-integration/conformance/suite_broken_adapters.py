@@ -63,7 +63,7 @@ def refuses_when_closed(method: _Method) -> _Method:
 
 
 class Correct(InProcessMemory):
-    """The in-process adapter, with both optional capabilities: the kit must pass it.
+    """The in-process adapter, with its optional capabilities: the kit must pass it.
 
     The capabilities are written here so that their checks run, and so that
     adapters breaking them can be built on it.
@@ -511,6 +511,27 @@ class ListsEmptiedKeys(Correct):
         return tuple(sorted(key.end_user_id for key in self._seen if key.tenant == tenant))
 
 
+class CountsEmptiedEndUsers(Correct):
+    """Rule 12: an end user whose facts are all gone is still counted, with 0."""
+
+    __slots__ = ("_seen",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._seen: set[MemoryKey] = set()
+
+    async def remember(self, scope: Scope, end_user_id: str, content: str) -> Memory:
+        fact = await super().remember(scope, end_user_id, content)
+        self._seen.add(fact.key)
+        return fact
+
+    async def fact_counts(self, scope: Scope) -> dict[str, int]:
+        tenant = memory_key(scope, "anyone").tenant
+        held = await super().fact_counts(scope)
+        emptied = {key.end_user_id: 0 for key in self._seen if key.tenant == tenant}
+        return dict(sorted((emptied | held).items()))
+
+
 class RestoreOverwrites(Correct):
     """Rule 11: restore writes whatever it is given, over a fact with the same id."""
 
@@ -627,6 +648,10 @@ class TestCancelledForgetLandsLater(_KitAgainst):
 
 class TestListsEmptiedKeys(_KitAgainst):
     adapter = ListsEmptiedKeys
+
+
+class TestCountsEmptiedEndUsers(_KitAgainst):
+    adapter = CountsEmptiedEndUsers
 
 
 class TestRestoreOverwrites(_KitAgainst):

@@ -44,6 +44,7 @@ EXPECTED = {
     "TestCancelledRememberLandsLater": {9},
     "TestCancelledForgetLandsLater": {9},
     "TestListsEmptiedKeys": {10},
+    "TestCountsEmptiedEndUsers": {12},
     "TestRestoreOverwrites": {11},
 }
 
@@ -180,6 +181,10 @@ FAILING_CHECKS = {
         "test_rule9_a_cancelled_forget_is_decided_when_the_caller_sees_it",
     },
     "TestListsEmptiedKeys": {"test_rule10_listed_keys_are_exactly_those_holding_facts"},
+    "TestCountsEmptiedEndUsers": {
+        "test_rule12_counts_are_what_recall_returns_for_each_end_user",
+        "test_rule12_the_counts_are_the_callers_own",
+    },
     "TestRestoreOverwrites": {
         "test_rule11_restoring_again_changes_nothing_and_a_taken_id_is_refused",
     },

@@ -296,7 +296,7 @@ class TestAnExpectedFailureIsReportedAsOne(MemoryStoreContract):
         return len(store._facts.get(key, {}))
 
 
-# Rules 7-11: lifecycle, failures, cancellation and the capabilities.
+# Rules 7-12: lifecycle, failures, cancellation and the capabilities.
 
 
 class IgnoresClose(InProcessMemory):
@@ -412,7 +412,7 @@ class WithoutCapabilities(InProcessMemory):
 
     __slots__ = ()
     # None withdraws a protocol method, as the typing module's checks agree.
-    tenants = end_users = restore = restore_many = None  # type: ignore[assignment]
+    tenants = end_users = restore = restore_many = fact_counts = None  # type: ignore[assignment]
 
 
 class Listing(InProcessMemory):
@@ -472,6 +472,87 @@ class RestoreAnswersTrueAgain(Listing):
     async def restore(self, memory: Memory) -> bool:
         await super().restore(memory)
         return True
+
+
+class CountsEmptiedEndUsers(InProcessMemory):
+    """Counts every end user that ever held a fact, as with a separate users table."""
+
+    __slots__ = ("_seen",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._seen: set[MemoryKey] = set()
+
+    async def remember(self, scope: Scope, end_user_id: str, content: str) -> Memory:
+        fact = await super().remember(scope, end_user_id, content)
+        self._seen.add(fact.key)
+        return fact
+
+    async def fact_counts(self, scope: Scope) -> dict[str, int]:
+        tenant = memory_key(scope, "-").tenant
+        with self._lock:
+            counts = [
+                (key.end_user_id, len(self._facts.get(key, {})))
+                for key in self._seen
+                if key.tenant == tenant
+            ]
+        return dict(sorted(counts))
+
+
+class CountsAcrossCase(InProcessMemory):
+    """Compares tenants case-insensitively, as a case-insensitive collation would."""
+
+    __slots__ = ()
+
+    async def fact_counts(self, scope: Scope) -> dict[str, int]:
+        tenant = memory_key(scope, "-").tenant.casefold()
+        counts: dict[str, int] = {}
+        with self._lock:
+            for key, facts in self._facts.items():
+                if key.tenant.casefold() == tenant:
+                    counts[key.end_user_id] = counts.get(key.end_user_id, 0) + len(facts)
+        return dict(sorted(counts.items()))
+
+
+class CountsInCaseInsensitiveOrder(InProcessMemory):
+    __slots__ = ()
+
+    async def fact_counts(self, scope: Scope) -> dict[str, int]:
+        counts = await super().fact_counts(scope)
+        return dict(sorted(counts.items(), key=lambda item: item[0].casefold()))
+
+
+class CountsTrueForOneFact(InProcessMemory):
+    __slots__ = ()
+
+    async def fact_counts(self, scope: Scope) -> dict[str, int]:
+        counts = await super().fact_counts(scope)
+        return {user: True if count == 1 else count for user, count in counts.items()}
+
+
+class CountsAnInvalidTenantAsEmpty(InProcessMemory):
+    __slots__ = ()
+
+    async def fact_counts(self, scope: Scope) -> dict[str, int]:
+        try:
+            return await super().fact_counts(scope)
+        except InvalidKeyError:
+            return {}
+
+
+class HandsOutItsOwnCounts(InProcessMemory):
+    """Keeps one mapping per tenant and refreshes it in place: the caller's changes stay."""
+
+    __slots__ = ("_answers",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._answers: dict[str, dict[str, int]] = {}
+
+    async def fact_counts(self, scope: Scope) -> dict[str, int]:
+        answer = self._answers.setdefault(memory_key(scope, "-").tenant, {})
+        answer.update(await super().fact_counts(scope))
+        return answer
 
 
 @pytest.mark.parametrize(
@@ -567,6 +648,42 @@ class RestoreAnswersTrueAgain(Listing):
             11,
             "a refused restore_many of a batch with a taken id at its end stored some",
         ),
+        (
+            CountsEmptiedEndUsers,
+            "test_rule12_counts_are_what_recall_returns_for_each_end_user",
+            12,
+            r"erasing a third key, fact_counts\('ac_e'\) returned \{'user-4': 0\}, not \{\}",
+        ),
+        (
+            CountsAcrossCase,
+            "test_rule12_counts_are_what_recall_returns_for_each_end_user",
+            12,
+            r"after remembering 1 to 3 facts on each key, fact_counts\('Acme'\) returned",
+        ),
+        (
+            CountsInCaseInsensitiveOrder,
+            "test_rule12_counts_are_what_recall_returns_for_each_end_user",
+            12,
+            r"fact_counts\('acme'\) gave the end users in the order .*, not in code-point order",
+        ),
+        (
+            CountsTrueForOneFact,
+            "test_rule12_counts_are_what_recall_returns_for_each_end_user",
+            12,
+            "returned entries of str: bool, not str: int",
+        ),
+        (
+            CountsAnInvalidTenantAsEmpty,
+            "test_rule12_fact_counts_refuses_an_invalid_scope",
+            12,
+            "fact_counts of an empty tenant answered; it must raise InvalidKeyError",
+        ),
+        (
+            HandsOutItsOwnCounts,
+            "test_rule12_the_counts_are_the_callers_own",
+            12,
+            r"after the caller changed the mapping .* returned \{'intruder': 7, 'user-1': 3\}",
+        ),
     ],
 )
 async def test_a_broken_lifecycle_failure_or_capability_is_named(  # noqa: PLR0917 - parametrized.
@@ -592,6 +709,9 @@ async def test_a_broken_lifecycle_failure_or_capability_is_named(  # noqa: PLR09
         "test_rule11_restoring_again_changes_nothing_and_a_taken_id_is_refused",
         "test_rule11_restore_many_keeps_order_and_skips_held_facts",
         "test_rule11_restore_many_refuses_a_batch_whole",
+        "test_rule12_counts_are_what_recall_returns_for_each_end_user",
+        "test_rule12_fact_counts_refuses_an_invalid_scope",
+        "test_rule12_the_counts_are_the_callers_own",
     ],
 )
 async def test_capability_checks_pass_a_capable_store(
@@ -600,11 +720,56 @@ async def test_capability_checks_pass_a_capable_store(
     await getattr(prepared(Listing, tmp_path, anyio_backend), check)()
 
 
+_CAPABILITY_CHECKS = (
+    "test_rule10_listed_keys_are_exactly_those_holding_facts",
+    "test_rule10_end_users_refuses_an_invalid_scope",
+    "test_rule11_restored_facts_keep_id_content_time_and_order",
+    "test_rule11_restoring_again_changes_nothing_and_a_taken_id_is_refused",
+    "test_rule11_restore_many_keeps_order_and_skips_held_facts",
+    "test_rule11_restore_many_refuses_a_batch_whole",
+    "test_rule12_counts_are_what_recall_returns_for_each_end_user",
+    "test_rule12_fact_counts_refuses_an_invalid_scope",
+    "test_rule12_the_counts_are_the_callers_own",
+)
+_COUNTS = "test_rule12_counts_are_what_recall_returns_for_each_end_user"
+_OWN = "test_rule12_the_counts_are_the_callers_own"
+
+
+@pytest.mark.parametrize(
+    ("store_class", "failing"),
+    [
+        # An emptied end user stays, with 0, in a later answer of either check.
+        (CountsEmptiedEndUsers, {_COUNTS, _OWN}),
+        (CountsAcrossCase, {_COUNTS}),
+        (CountsInCaseInsensitiveOrder, {_COUNTS}),
+        (CountsTrueForOneFact, {_COUNTS, _OWN}),
+        (CountsAnInvalidTenantAsEmpty, {"test_rule12_fact_counts_refuses_an_invalid_scope"}),
+        # Refreshed in place, the mapping also keeps emptied end users.
+        (HandsOutItsOwnCounts, {_COUNTS, _OWN}),
+    ],
+)
+async def test_a_miscounting_store_fails_rule_12_alone(
+    tmp_path: Path, anyio_backend: str, store_class: type[InProcessMemory], failing: set[str]
+) -> None:
+    # Every other capability check passes it: the blame lands on rule 12 only.
+    contract = prepared(store_class, tmp_path, anyio_backend)
+    failed: dict[str, int] = {}
+    for check in _CAPABILITY_CHECKS:
+        try:
+            await getattr(contract, check)()
+        except RuleViolationError as error:
+            failed[check] = error.rule
+    assert failed == dict.fromkeys(failing, 12)
+
+
 @pytest.mark.parametrize(
     ("check", "capability"),
     [
         ("test_rule10_listed_keys_are_exactly_those_holding_facts", "ListsEndUsers"),
         ("test_rule11_restored_facts_keep_id_content_time_and_order", "RestoresFacts"),
+        ("test_rule12_counts_are_what_recall_returns_for_each_end_user", "CountsFacts"),
+        ("test_rule12_fact_counts_refuses_an_invalid_scope", "CountsFacts"),
+        ("test_rule12_the_counts_are_the_callers_own", "CountsFacts"),
     ],
 )
 async def test_a_missing_capability_is_reported_as_not_applicable(

@@ -44,6 +44,7 @@ def test_overriding_a_check_is_refused() -> None:
         "test_rule9_a_cancelled_remember_never_lands_after_erase",
         "test_rule10_listed_keys_are_exactly_those_holding_facts",
         "test_rule11_restored_facts_keep_id_content_time_and_order",
+        "test_rule12_counts_are_what_recall_returns_for_each_end_user",
     ],
 )
 def test_the_checks_of_the_later_rules_are_guarded_too(check: str) -> None:
@@ -269,7 +270,7 @@ def test_fresh_path_never_repeats_and_stays_in_tmp_path(tmp_path: Path) -> None:
     assert not any(path.exists() for path in paths)
 
 
-@pytest.mark.parametrize("rule", [5, 9, 11])
+@pytest.mark.parametrize("rule", [5, 9, 11, 12])
 def test_a_rule_violation_survives_pickling(rule: int) -> None:
     # pytest-xdist and multiprocessing move exceptions between processes.
     pickled = pickle.dumps(RuleViolationError(rule, "key mixed up"))

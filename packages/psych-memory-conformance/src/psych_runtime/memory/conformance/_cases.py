@@ -35,11 +35,13 @@ __all__ = [
     "JOINED_RIGHT",
     "KEY_ALPHABET",
     "KEY_PARTS",
+    "LISTED_KEYS",
     "MAIN",
     "MARKER",
     "NEAR_MISS_KEYS",
     "NORMALISED_NFC",
     "NORMALISED_NFD",
+    "NO_FACTS_TENANT",
     "SAME_END_USER",
     "SAME_TENANT",
     "SWAPPED",
@@ -113,6 +115,27 @@ ISOLATION_KEYS: Final = (
     NORMALISED_NFC,
     NORMALISED_NFD,
 )
+
+# Keys whose code-point order differs from a case-insensitive, a normalising,
+# a natural or a UTF-16 order: only a plain code-point sort lists them right.
+# The capability checks (rules 10 and 12) fill a store with them.
+LISTED_KEYS: Final[tuple[Pair, ...]] = (
+    ("acme", "user-1"),
+    ("acme", "USER-1"),
+    ("acme", "user-10"),
+    ("acme", "user-2"),
+    ("acme", "caf\u00e9"),
+    ("acme", "cafe\u0301"),
+    ("acme", "\uff21 wide"),
+    ("acme", "\U0001f600 face"),
+    ("acme", "Zed"),
+    ("Acme", "user-1"),
+    ("globex", "user-1"),
+    ("\U0001f600 co", "user-1"),
+    ("\uff21 co", "user-1"),
+)
+# A tenant that never holds a fact: listing or counting it gives nothing.
+NO_FACTS_TENANT: Final = "tenant-without-facts"
 
 # Values that must be refused as a tenant or an end-user id. Each holds a
 # marker the error message must not repeat (values can be personal data).

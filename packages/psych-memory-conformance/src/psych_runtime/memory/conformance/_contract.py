@@ -19,6 +19,7 @@ from psych_runtime.memory.port import MemoryKey, MemoryStore
 from ._cancellation import CancellationChecks
 from ._capability import CapabilityChecks
 from ._concurrent_writes import ConcurrentWriteChecks
+from ._counting import CountingChecks
 from ._erasing import EraseChecks
 from ._failures import FailureChecks
 from ._fixtures import KIT_FIXTURES, KitFixtures
@@ -52,6 +53,7 @@ class MemoryStoreContract(
     FailureChecks,
     CancellationChecks,
     CapabilityChecks,
+    CountingChecks,
 ):
     """The port's contract as a test class: subclass it to check a backend.
 
@@ -62,9 +64,10 @@ class MemoryStoreContract(
     on trio (the kit supplies the ``anyio_backend`` fixture).
 
     Rules 1-6 are checked on every store, and so are 7-9 (lifecycle,
-    failures, cancellation); the checks of rules 10-11 run when the store
-    provides the port's `ListsEndUsers` or `RestoresFacts` capability, and
-    are skipped as not applicable otherwise.
+    failures, cancellation); the checks of rules 10-12 run when the store
+    provides the port's `ListsEndUsers`, `RestoresFacts` or `CountsFacts`
+    capability (rule 10, 11 or 12), and are skipped as not applicable
+    otherwise.
 
     A check can be marked expected-to-fail, with a reason, in
     `expected_failures`; it cannot be overridden, deleted or skipped: the

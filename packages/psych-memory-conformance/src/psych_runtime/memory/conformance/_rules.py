@@ -1,7 +1,7 @@
 """The rules of the port, worded as failure messages quote them.
 
 Rules 1-6 are the four methods' contract, 7-9 the lifecycle, the failures
-and cancellation every store shares, and 10-11 the optional capabilities,
+and cancellation every store shares, and 10-12 the optional capabilities,
 checked only on a store that provides them.
 """
 
@@ -61,6 +61,12 @@ RULES: Final[Mapping[int, str]] = MappingProxyType(
             "for the same fact again, and refuses a different fact with a taken id with "
             "InvalidInputError; restore_many does the same for a batch, in its order, "
             "all or none"
+        ),
+        12: (
+            "a store that counts facts (CountsFacts) reports for a tenant exactly the end "
+            "users holding at least one fact, each with as many facts as recall returns, "
+            "in code-point order and in a mapping of the caller's own, and no end user of "
+            "another tenant"
         ),
     }
 )

@@ -1,20 +1,29 @@
-"""Helpers the checks share: rule assertions, refusals, a store called from a thread."""
+"""Helpers the checks share: rule assertions, refusals, skips, a store called from a thread."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import TypeAlias
+from typing import Any, Final, NoReturn, TypeAlias
 
 import anyio.from_thread
 import anyio.to_thread
+import pytest
 
-from psych_runtime.memory.port import Memory, MemoryKey, MemoryStore
+from psych_runtime.memory.port import InvalidKeyError, Memory, MemoryKey, MemoryStore
 
 from ._cases import MARKER
 from ._rules import RuleViolationError
 
-__all__ = ["BlockingStore", "CountStored", "Refusal", "check", "in_worker_thread"]
+__all__ = [
+    "BlockingStore",
+    "CountStored",
+    "Refusal",
+    "check",
+    "in_worker_thread",
+    "not_applicable",
+    "refuses_invalid_scopes",
+]
 
 CountStored: TypeAlias = Callable[[MemoryStore, MemoryKey], Awaitable[int]]
 """The backdoor: how many rows a key holds in the backend, counted directly."""
@@ -28,6 +37,46 @@ def check(condition: bool, rule: int, detail: str) -> None:  # noqa: FBT001
     """
     if not condition:
         raise RuleViolationError(rule, detail)
+
+
+def not_applicable(capability: str) -> NoReturn:
+    """Skip the running check: the store lacks ``capability``, so its rule does not apply.
+
+    Raises:
+        pytest.skip.Exception: Always; pytest reports the check as skipped.
+    """
+    pytest.skip(f"not applicable: the store does not provide {capability}, an optional capability")
+
+
+_INVALID_SCOPES: Final[tuple[tuple[str, object, type[Exception]], ...]] = (
+    ("an empty tenant", "", InvalidKeyError),
+    ("a tenant with a NUL character", "acme\x00", InvalidKeyError),
+    ("None", None, TypeError),
+    ("a scope object without tenant", object(), TypeError),
+)
+
+
+async def refuses_invalid_scopes(
+    method: Callable[[Any], Awaitable[object]], name: str, rule: int
+) -> None:
+    """Check that ``method`` (a capability's, taking a scope) refuses every invalid scope.
+
+    Raises:
+        RuleViolationError: It answered, or raised another exception.
+    """
+    for label, scope, expected in _INVALID_SCOPES:
+        try:
+            await method(scope)
+        except expected:
+            continue
+        except Exception as exc:
+            raise RuleViolationError(
+                rule,
+                f"{name} of {label} raised {type(exc).__name__}; it must raise {expected.__name__}",
+            ) from exc
+        raise RuleViolationError(
+            rule, f"{name} of {label} answered; it must raise {expected.__name__}"
+        )
 
 
 async def in_worker_thread(body: Callable[[anyio.from_thread.BlockingPortal], object]) -> None:
