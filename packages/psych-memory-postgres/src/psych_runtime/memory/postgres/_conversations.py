@@ -26,7 +26,6 @@ __all__ = [
     "new_id",
     "recall",
     "remember",
-    "restore",
     "restore_many",
     "schema_version",
     "tenants",
@@ -63,32 +62,15 @@ def remember(sql: Statements, key: MemoryKey, content: str, memory_id: str) -> C
         memory_id = new_id()
 
 
-def restore(sql: Statements, memory: Memory) -> Conversation[bool]:
-    """Insert ``memory`` as it is, unless the store already holds its id."""
-    key = memory.key
-    while True:
-        rows, _ = yield (sql.owner, (memory.id,))
-        if rows:
-            tenant, end_user_id, stored, created_at = rows[0]
-            if (tenant, end_user_id, stored) == (key.tenant, key.end_user_id, memory.content) and (
-                created_at == memory.created_at
-            ):
-                return False
-            raise InvalidInputError("memory.id", "is already the id of another fact in this store")
-        rows, _ = yield (
-            sql.restore,
-            (memory.id, key.tenant, key.end_user_id, memory.content, memory.created_at),
-        )
-        if rows:
-            return True
-        # Another call stored this id between the two statements: look again.
-
-
-def restore_many(sql: Statements, memories: tuple[Memory, ...]) -> Conversation[int]:
+def restore_many(
+    sql: Statements, memories: tuple[Memory, ...], *, alone: bool = False
+) -> Conversation[int]:
     """Insert, in order, the facts the store does not hold; refuse all on a taken id.
 
     Run in one transaction: a refusal raised here rolls back everything. The
     insert skips every id the store holds; only those are then looked at.
+    ``alone``: the one fact of `restore`, named ``memory`` in a refusal
+    rather than by its index.
     """
     new: dict[str, Memory] = {}
     given_at: dict[str, int] = {}
@@ -97,7 +79,7 @@ def restore_many(sql: Statements, memories: tuple[Memory, ...]) -> Conversation[
         if earlier is memory:
             given_at[memory.id] = index
         elif earlier != memory:
-            raise _taken(index)
+            raise _taken(index, alone=alone)
     pending = tuple(new.values())
     stored = 0
     while pending:
@@ -112,7 +94,7 @@ def restore_many(sql: Statements, memories: tuple[Memory, ...]) -> Conversation[
         for memory in skipped:
             found = held.get(memory.id)
             if found is not None and found != _fields(memory):
-                raise _taken(given_at[memory.id])
+                raise _taken(given_at[memory.id], alone=alone)
         # An id whose row went away meanwhile is tried again.
         pending = tuple(memory for memory in skipped if memory.id not in held)
     return stored
@@ -131,10 +113,9 @@ def _columns(memories: tuple[Memory, ...]) -> tuple[str, ...]:
     )
 
 
-def _taken(index: int) -> InvalidInputError:
-    return InvalidInputError(
-        f"memories[{index}].id", "is already the id of another fact in this store"
-    )
+def _taken(index: int, *, alone: bool) -> InvalidInputError:
+    argument = "memory.id" if alone else f"memories[{index}].id"
+    return InvalidInputError(argument, "is already the id of another fact in this store")
 
 
 def _fields(memory: Memory) -> tuple[str, str, str, datetime]:

@@ -137,10 +137,8 @@ class Statements:
     """
 
     remember: bytes
-    restore: bytes
     restore_many: bytes
     fact: bytes
-    owner: bytes
     owners: bytes
     forget: bytes
     recall: bytes
@@ -171,11 +169,6 @@ class Statements:
                 " VALUES (%s, %s, %s, %s)"
                 " ON CONFLICT (tenant, id) DO NOTHING RETURNING created_at"
             ),
-            restore=render(
-                "INSERT INTO {memories} (id, tenant, end_user_id, content, created_at)"
-                " VALUES (%s, %s, %s, %s, %s)"
-                " ON CONFLICT (tenant, id) DO NOTHING RETURNING created_at"
-            ),
             # Each column comes as a JSON array (see the conversation);
             # ROWS FROM zips them. Ids held anywhere are skipped here and
             # judged by the caller. Rows come out of the sort in the given
@@ -194,10 +187,6 @@ class Statements:
             owners=render(
                 "SELECT id, tenant, end_user_id, content, created_at FROM {memories}"
                 " WHERE id = ANY(%b::text[])"
-            ),
-            owner=render(
-                "SELECT tenant, end_user_id, content, created_at FROM {memories}"
-                " WHERE id = %s LIMIT 1"
             ),
             fact=render(
                 "SELECT end_user_id, content, created_at FROM {memories}"

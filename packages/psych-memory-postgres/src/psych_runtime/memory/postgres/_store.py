@@ -504,7 +504,13 @@ class PostgresMemory(MemoryStore):
             StoreClosedError: The store was closed.
         """
         memory = validate_restored(memory)
-        return await self._run("restore", partial(talk.restore, self._sql, memory), replayable=True)
+        stored = await self._run(
+            "restore",
+            partial(talk.restore_many, self._sql, (memory,), alone=True),
+            replayable=True,
+            transaction=True,
+        )
+        return stored == 1
 
     async def restore_many(self, memories: Iterable[Memory]) -> int:
         """Store every fact as given, in order, all or none, in one transaction.
