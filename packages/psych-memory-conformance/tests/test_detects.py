@@ -700,26 +700,6 @@ async def test_a_broken_lifecycle_failure_or_capability_is_named(  # noqa: PLR09
     assert info.value.rule == rule
 
 
-@pytest.mark.parametrize(
-    "check",
-    [
-        "test_rule10_listed_keys_are_exactly_those_holding_facts",
-        "test_rule10_end_users_refuses_an_invalid_scope",
-        "test_rule11_restored_facts_keep_id_content_time_and_order",
-        "test_rule11_restoring_again_changes_nothing_and_a_taken_id_is_refused",
-        "test_rule11_restore_many_keeps_order_and_skips_held_facts",
-        "test_rule11_restore_many_refuses_a_batch_whole",
-        "test_rule12_counts_are_what_recall_returns_for_each_end_user",
-        "test_rule12_fact_counts_refuses_an_invalid_scope",
-        "test_rule12_the_counts_are_the_callers_own",
-    ],
-)
-async def test_capability_checks_pass_a_capable_store(
-    tmp_path: Path, anyio_backend: str, check: str
-) -> None:
-    await getattr(prepared(Listing, tmp_path, anyio_backend), check)()
-
-
 _CAPABILITY_CHECKS = (
     "test_rule10_listed_keys_are_exactly_those_holding_facts",
     "test_rule10_end_users_refuses_an_invalid_scope",
@@ -731,6 +711,15 @@ _CAPABILITY_CHECKS = (
     "test_rule12_fact_counts_refuses_an_invalid_scope",
     "test_rule12_the_counts_are_the_callers_own",
 )
+
+
+@pytest.mark.parametrize("check", _CAPABILITY_CHECKS)
+async def test_capability_checks_pass_a_capable_store(
+    tmp_path: Path, anyio_backend: str, check: str
+) -> None:
+    await getattr(prepared(Listing, tmp_path, anyio_backend), check)()
+
+
 _COUNTS = "test_rule12_counts_are_what_recall_returns_for_each_end_user"
 _OWN = "test_rule12_the_counts_are_the_callers_own"
 
