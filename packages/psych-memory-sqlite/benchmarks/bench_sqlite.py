@@ -18,6 +18,12 @@ Part 3, the file identity check: the ``stat`` of the path the adapter makes
 before each commit (to refuse writes into a deleted or replaced file), next
 to the transaction of one ``remember``.
 
+Part 4, the scrub: on each file of part 2, one end user is erased and the
+adapter's ``scrub()`` (rewrite the file from its live rows, then empty the
+log) is timed beside the same ``VACUUM`` and checkpoint run by a plain
+connection, rounds alternating. Its cost grows with the file, which is why
+no call makes it.
+
 All parts use the default durability ("full": an fsync per commit) unless
 ``--durability normal`` is given. Figures go to stdout; copy them to
 docs/sqlite.md.
@@ -326,7 +332,7 @@ async def per_user_ops(
 
 def growth(
     folder: Path, *, durability: Durability, backend: str, sizes: list[int], ops: int, rounds: int
-) -> None:
+) -> dict[int, Path]:
     # One file per size, measured in rotating order within each round, so a
     # change in the machine's load falls on every size alike.
     files: dict[int, Path] = {}
@@ -362,6 +368,54 @@ def growth(
         medians = [statistics.median(samples[size][op]) for size in sizes]
         cells = " | ".join(f"{value:,.0f}" for value in medians)
         print(f"| {op} | {cells} | {medians[-1] / medians[0]:.2f} |")
+    return files
+
+
+# Part 4: what a scrub costs as the file grows.
+
+
+async def adapter_scrub(path: Path, durability: Durability, end_user: str) -> float:
+    async with SqliteMemory(path, durability=durability) as memory:
+        await memory.erase("acme", end_user)
+        start = time.perf_counter()
+        if not await memory.scrub():
+            raise RuntimeError("the scrub did not finish: is another program using the file?")
+        return time.perf_counter() - start
+
+
+def plain_scrub(path: Path, durability: Durability, end_user: str) -> float:
+    with closing(plain(path, durability)) as conn:
+        plain_erase(conn, end_user)
+        start = time.perf_counter()
+        conn.execute("VACUUM")
+        conn.execute(TRUNCATE_LOG)
+        return time.perf_counter() - start
+
+
+def scrub_cost(
+    files: dict[int, Path], *, durability: Durability, backend: str, rounds: int
+) -> None:
+    samples: dict[int, dict[str, list[float]]] = {
+        size: {"adapter": [], "plain": []} for size in files
+    }
+    for round_ in range(rounds):
+        for size, path in files.items():
+            # Users beyond the ones part 2 drew from are never there: erasing
+            # one deletes nothing, so every round rewrites the same rows.
+            first, second = user(size + 2 * round_), user(size + 2 * round_ + 1)
+            with gc_paused():
+                samples[size]["adapter"].append(
+                    anyio.run(adapter_scrub, path, durability, first, backend=backend)
+                )
+                samples[size]["plain"].append(plain_scrub(path, durability, second))
+    print(f"\n## The scrub as the file grows ({backend}, durability={durability})")
+    print("\n| facts in the file | MB | scrub() ms | plain VACUUM + checkpoint ms | ratio |")
+    print("| ---: | ---: | ---: | ---: | ---: |")
+    for size, path in files.items():
+        adapter, direct = (min(samples[size][side]) * 1e3 for side in ("adapter", "plain"))
+        megabytes = path.stat().st_size / 1e6
+        cells = f"{adapter:,.0f} | {direct:,.0f} | {direct / adapter:.2f}"
+        print(f"| {size:,} | {megabytes:,.0f} | {cells} |")
 
 
 # Part 3: what the check for a moved file costs next to a commit.
@@ -413,7 +467,7 @@ def main() -> None:
             ops=ops,
             rounds=rounds,
         )
-        growth(
+        files = growth(
             Path(folder),
             durability=durability,
             backend=args.backend,
@@ -422,6 +476,7 @@ def main() -> None:
             rounds=rounds,
         )
         identity_check(Path(folder), durability=durability, ops=ops * 10)
+        scrub_cost(files, durability=durability, backend=args.backend, rounds=3)
 
 
 if __name__ == "__main__":

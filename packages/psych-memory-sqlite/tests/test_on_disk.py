@@ -1,16 +1,19 @@
-"""Forget and erase are real deletes: the text is gone from every file, byte for byte."""
+"""Forget and erase are real deletes: once scrubbed, the text is gone from every file."""
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 
 import anyio
 import anyio.to_thread
 import pytest
 
+from psych_runtime.memory.port import Memory, MemoryKey
 from psych_runtime.memory.sqlite import SqliteMemory
 
 pytestmark = pytest.mark.anyio
@@ -45,7 +48,9 @@ async def test_forget_leaves_no_copy_in_any_file(memory: SqliteMemory, db_path: 
     assert occurs(db_path, "SECRET-forget-7f3a")  # the scan can see stored text
 
     assert await memory.forget("acme", "user-1", secret.id)
+    assert await memory.scrub()
 
+    assert not pending(memory)
     assert not occurs(db_path, "SECRET-forget-7f3a")
     assert not occurs(db_path, secret.id)
     assert occurs(db_path, "KEPT-fact-91c2")
@@ -64,11 +69,67 @@ async def test_erase_leaves_no_copy_of_facts_or_key(memory: SqliteMemory, db_pat
     assert occurs(db_path, "ERASED-long-c0ffee")
 
     assert await memory.erase("acme", "erased-user-5d1e") == len(texts)
+    assert await memory.scrub()
 
+    assert not pending(memory)
     assert not occurs(db_path, "c0ffee")
     assert not occurs(db_path, "erased-user-5d1e")
     assert occurs(db_path, "KEPT-b00c")
     assert await memory.recall("acme", "kept-user") == (kept,)
+
+
+# Rows stored with this timestamp take a layout in which SQLite, moving rows
+# between pages as the table grows, leaves copies of erased rows in unused
+# page space, where secure_delete does not reach: only rewriting the file
+# removes them.
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+async def restore_rows_that_move(memory: SqliteMemory) -> None:
+    async def put(end_user_id: str, content: str) -> None:
+        key = MemoryKey("acme", end_user_id)
+        await memory.restore(Memory(os.urandom(16).hex(), key, content, _EPOCH))
+
+    async def filler() -> None:
+        for user in range(2):
+            for i in range(30):
+                await put(f"filler-{user}", f"filler fact {user}/{i} " * 5)
+
+    await filler()
+    for i in range(25):
+        await put("erased-user-5d1e", f"ERASED-{i}-c0ffee: allergic to peanuts, Grüße {i}")
+    await put("erased-user-5d1e", "ERASED-long-c0ffee " + "x" * 4000)
+    await put("kept-user", "KEPT-b00c prefers email")
+    await filler()
+
+
+async def test_copies_left_by_moved_rows_are_gone_after_scrub(
+    memory: SqliteMemory, db_path: Path
+) -> None:
+    await restore_rows_that_move(memory)
+
+    assert await memory.erase("acme", "erased-user-5d1e") == 26
+    assert pending(memory)
+    assert await memory.scrub() is True
+
+    assert not pending(memory)
+    assert not occurs(db_path, "c0ffee")
+    assert not occurs(db_path, "erased-user-5d1e")
+    assert occurs(db_path, "KEPT-b00c")
+
+
+async def test_copies_left_by_moved_rows_are_gone_after_closing(db_path: Path) -> None:
+    memory = SqliteMemory(db_path)
+    async with memory:
+        await restore_rows_that_move(memory)
+        assert await memory.erase("acme", "erased-user-5d1e") == 26
+        assert pending(memory)
+
+    assert not pending(memory)
+    assert not occurs(db_path, "c0ffee")
+    assert not occurs(db_path, "erased-user-5d1e")
+    async with SqliteMemory(db_path) as reopened:
+        assert len(await reopened.recall("acme", "kept-user")) == 1
 
 
 async def test_deleted_text_stays_gone_across_reopening(db_path: Path) -> None:
@@ -87,6 +148,7 @@ async def test_forget_through_one_store_is_wiped_for_all(db_path: Path) -> None:
         # The other connection has read the page holding the fact.
         assert len(await right.recall("acme", "user-1")) == 1
         assert await right.forget("acme", "user-1", secret.id)
+        assert await right.scrub()
         assert not occurs(db_path, "SECRET-shared-9e9e")
         await left.remember("acme", "user-1", "after")
         assert not occurs(db_path, "SECRET-shared-9e9e")
@@ -127,10 +189,34 @@ async def test_a_reader_holding_the_log_delays_the_wipe_but_not_the_answer(
             assert await memory.scrub() is False
             assert pending(memory)
             reader.execute("COMMIT")
-        # The next call of the store, of any key, finishes the wipe.
+        # The next call of the store, of any key, empties the log.
         assert await memory.recall("acme", "someone-else") == ()
+        assert log_size(db_path) == 0
+        assert pending(memory)  # the file is not rewritten inside a call
+        assert await memory.scrub() is True
         assert not pending(memory)
         assert not occurs(db_path, "SECRET-pinned-1b1b")
+
+
+def log_size(db_path: Path) -> int:
+    log = Path(f"{db_path}-wal")
+    return log.stat().st_size if log.exists() else 0
+
+
+async def test_a_writer_holding_the_file_keeps_the_scrub_pending(db_path: Path) -> None:
+    async with SqliteMemory(db_path, busy_timeout=0.05) as memory:
+        secret = await memory.remember("acme", "user-1", "SECRET-written-6a6a")
+        assert await memory.forget("acme", "user-1", secret.id)
+        writer = sqlite3.connect(db_path, isolation_level=None)
+        try:
+            writer.execute("BEGIN IMMEDIATE")
+            assert await memory.scrub() is False
+            assert pending(memory)
+            writer.execute("COMMIT")
+        finally:
+            writer.close()
+        assert await memory.scrub() is True
+        assert not pending(memory)
 
 
 async def test_scrub_waits_for_the_reader_and_reports_the_outcome(db_path: Path) -> None:

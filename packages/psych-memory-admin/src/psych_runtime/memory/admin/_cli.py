@@ -265,7 +265,7 @@ def _receipt_text(receipt: dict[str, object]) -> str:
         lines.append("deleted bytes:  scrubbed (none remain in the database file or its log)")
     elif receipt["scrub"] == "pending":
         lines.append(
-            "deleted bytes:  pending (another connection holds the log; the store wipes them "
+            "deleted bytes:  pending (another connection is using the file; the store wipes them "
             "when it can)"
         )
     return "\n".join(lines)

@@ -10,11 +10,11 @@ from typing import Final
 from urllib.parse import quote
 
 from ._errors import SqliteMemoryError
+from ._failures import is_busy
 from ._schema import check_schema, prepare_schema
 
 __all__ = ["connect", "prepare"]
 
-_BUSY: Final = 5  # SQLite's primary result code SQLITE_BUSY.
 _FIRST_PAUSE: Final = 0.001
 _LONGEST_PAUSE: Final = 0.05
 
@@ -77,7 +77,7 @@ def _use_write_ahead_log(conn: sqlite3.Connection, busy_timeout: float) -> str:
         try:
             (mode,) = conn.execute("PRAGMA journal_mode = WAL").fetchone()
         except sqlite3.OperationalError as exc:
-            if exc.sqlite_errorcode & 0xFF != _BUSY or time.monotonic() + pause > deadline:
+            if not is_busy(exc) or time.monotonic() + pause > deadline:
                 raise
         else:
             return str(mode)

@@ -8,13 +8,19 @@ from typing import Final
 
 from ._errors import DatabaseFileError, DatabaseUnavailableError, SqliteMemoryError
 
-__all__ = ["store_failure"]
+__all__ = ["is_busy", "store_failure"]
 
 # Primary result codes (the low byte of an extended code).
 _BUSY: Final = 5
 _LOCKED: Final = 6
 _CORRUPT: Final = 11
 _NOTADB: Final = 26
+
+
+def is_busy(error: sqlite3.Error) -> bool:
+    """Whether ``error`` means another connection held the file past the busy timeout."""
+    code = getattr(error, "sqlite_errorcode", None)
+    return code is not None and code & 0xFF in (_BUSY, _LOCKED)
 
 
 def store_failure(
@@ -32,15 +38,14 @@ def store_failure(
     """
     code = getattr(error, "sqlite_errorcode", None)
     name = getattr(error, "sqlite_errorname", None) or type(error).__name__
-    primary = None if code is None else code & 0xFF
-    if primary in (_BUSY, _LOCKED):
+    if is_busy(error):
         return DatabaseUnavailableError(
             operation,
             f"another connection kept {path} locked for longer than the busy timeout "
             f"of {busy_timeout:g} s",
             may_have_taken_effect=may_have_taken_effect,
         )
-    if primary in (_CORRUPT, _NOTADB):
+    if code is not None and code & 0xFF in (_CORRUPT, _NOTADB):
         return DatabaseFileError(
             f"{operation} failed: {path} is not a SQLite database, or is corrupt ({name})"
         )

@@ -33,7 +33,7 @@ from ._connection import connect, prepare
 from ._errors import DatabaseFileMovedError, DatabaseUnavailableError, SqliteMemoryError
 from ._failures import store_failure
 from ._file import FileIdentity, check_busy_timeout, check_location, check_path, identify
-from ._scrub import ScrubState, truncate_log, truncate_log_at_once
+from ._scrub import ScrubState, rewrite_file, truncate_log_at_once
 
 if TYPE_CHECKING:
     from typing import Self
@@ -100,7 +100,9 @@ class SqliteMemory(MemoryStore):
     `erase` delete for real: SQLite overwrites the deleted rows with zeros
     (``secure_delete``), and the write-ahead log, which still holds older
     copies of the changed pages, is emptied as soon as no other connection
-    is reading it (see `scrub_pending` and `scrub`).
+    is reading it. Copies SQLite left in unused page space when it moved
+    rows between pages go when the file is rewritten, by `scrub` or at
+    close (see `scrub_pending`).
 
     Every call waits at most ``busy_timeout`` for other connections to
     release the file, then raises `DatabaseUnavailableError` (the port's
@@ -184,11 +186,12 @@ class SqliteMemory(MemoryStore):
 
     @property
     def scrub_pending(self) -> bool:
-        """Whether bytes of a fact this store deleted may still be in the write-ahead log.
+        """Whether bytes of a fact this store deleted may still be in the files.
 
-        ``False`` once every deletion this store committed has been followed
-        by an emptied log. The deletion itself is committed either way: no
-        call returns the deleted facts again. Stays readable after closing.
+        ``True`` from a committed `forget` or `erase` until `scrub`, or
+        closing, has rewritten the file and emptied the write-ahead log.
+        The deletion itself is committed either way: no call returns the
+        deleted facts again. Stays readable after closing.
         """
         return self._scrub.pending
 
@@ -245,10 +248,11 @@ class SqliteMemory(MemoryStore):
     async def aclose(self) -> None:
         """Close the store; calls in progress finish first. Closing twice is harmless.
 
-        When a scrub is pending, closing tries it once more, waiting at most
-        the busy timeout, and closes whatever the outcome: `scrub_pending`
-        tells. Closing never raises, for that or for anything SQLite reports
-        while closing; the store is closed afterwards.
+        When a scrub is pending, closing runs it (as `scrub`, on the store's
+        own connection), waiting at most the busy timeout, and closes
+        whatever the outcome: `scrub_pending` tells. Closing never raises,
+        for that or for anything SQLite reports while closing; the store is
+        closed afterwards.
         """
         await anyio.to_thread.run_sync(self._close)
 
@@ -292,8 +296,9 @@ class SqliteMemory(MemoryStore):
     async def forget(self, scope: Scope, end_user_id: str, memory_id: str) -> bool:
         """Delete one fact, as `MemoryStore.forget`, and wipe its bytes from the files.
 
-        Returns as soon as the deletion is committed; the wipe of the
-        write-ahead log follows as soon as other connections allow it (see
+        Returns as soon as the deletion is committed and the row zeroed;
+        the write-ahead log is emptied as soon as other connections allow,
+        and copies in unused page space go at `scrub` or close (see
         `scrub_pending`). An id that no store could have handed out (see
         `validate_restored_id`) answers ``False`` without touching the file.
 
@@ -358,8 +363,10 @@ class SqliteMemory(MemoryStore):
     async def erase(self, scope: Scope, end_user_id: str) -> int:
         """Delete every fact of this end user, as `MemoryStore.erase`, and wipe their bytes.
 
-        Returns as soon as the deletion is committed; the wipe of the
-        write-ahead log follows as soon as other connections allow it (see
+        Returns as soon as the deletion is committed and the rows zeroed;
+        the write-ahead log is emptied as soon as other connections allow,
+        and copies in unused page space go at `scrub` or close: await
+        `scrub` before telling the end user that no byte remains (see
         `scrub_pending`).
 
         Raises:
@@ -382,17 +389,22 @@ class SqliteMemory(MemoryStore):
         return await self._run("erase", lambda conn: self._delete(conn, "erase", delete))
 
     async def scrub(self) -> bool:
-        """Empty the write-ahead log now, waiting at most the busy timeout for other connections.
+        """Rewrite the file and empty the write-ahead log, so no byte of a deleted fact remains.
 
-        An operator's erase receipt can say "scrubbed" when this returns
-        ``True``, and "pending" otherwise. It runs beside the store's calls
-        on a connection of its own, so it never makes them wait.
+        The file is rewritten from its live rows (``VACUUM``), which costs
+        about as much as copying it and holds the write lock meanwhile, then
+        the log is cut to zero bytes. Each step waits at most the busy
+        timeout for other connections. An operator's erase receipt can say
+        "scrubbed" when this returns ``True``, and "pending" otherwise. It
+        runs on a connection of its own; the store's writes, and every other
+        connection's, wait for the rewrite.
 
         Returns:
-            ``True`` if the log was emptied, so no bytes of any deleted fact
-            remain in it (`scrub_pending` is then ``False`` unless another
-            deletion committed meanwhile); ``False`` if other connections
-            kept reading or writing past the busy timeout.
+            ``True`` if the file was rewritten and the log emptied, so no
+            bytes of any deleted fact remain in either (`scrub_pending` is
+            then ``False`` unless another deletion committed meanwhile);
+            ``False`` if other connections kept reading or writing past the
+            busy timeout.
 
         Raises:
             StoreClosedError: The store is not open, or was closed.
@@ -582,19 +594,19 @@ class SqliteMemory(MemoryStore):
         return result
 
     def _retry_scrub(self, conn: sqlite3.Connection) -> None:
-        # After every call while a scrub is pending, without waiting.
-        if self._scrub.pending:
+        # After every call while the log holds deleted bytes, without waiting.
+        if self._scrub.log_pending:
             target = self._scrub.target()
             if truncate_log_at_once(conn, round(self._busy_timeout * 1000)):
-                self._scrub.covered(target)
+                self._scrub.log_covered(target)
 
     def _scrub_now(self) -> bool:
-        # On a connection of its own, so the store's calls go on meanwhile.
+        # On a connection of its own, so the store's reads go on meanwhile.
         target = self._scrub.target()
         self._check_file("scrub")
         try:
             with closing(connect(self._path, self._busy_timeout, create=False)) as conn:
-                emptied = truncate_log(conn)
+                emptied = rewrite_file(conn)
         except sqlite3.Error as exc:
             raise self._failure("scrub", exc, may_have_taken_effect=False) from exc
         if emptied:
@@ -676,7 +688,7 @@ class SqliteMemory(MemoryStore):
         # Waits at most the busy timeout; closing goes on whatever the outcome.
         target = self._scrub.target()
         with suppress(sqlite3.Error):
-            if truncate_log(conn):
+            if rewrite_file(conn):
                 self._scrub.covered(target)
 
 
