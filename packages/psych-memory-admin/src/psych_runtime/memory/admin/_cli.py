@@ -308,10 +308,11 @@ def count(url: str, tenant: str | None, end_user: str | None) -> int:
             else:
                 lists = lister(store, "URL")
                 tenants = (key.tenant,) if tenant is not None else await lists.tenants()
+                counts = store if isinstance(store, CountsFacts) else None
                 total = 0
                 for name in tenants:
-                    if isinstance(store, CountsFacts):
-                        total += sum((await store.fact_counts(name)).values())
+                    if counts is not None:
+                        total += sum((await counts.fact_counts(name)).values())
                         continue
                     for user in await lists.end_users(name):
                         total += len(await store.recall(name, user))
