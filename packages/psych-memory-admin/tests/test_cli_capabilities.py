@@ -58,16 +58,47 @@ class Lossy(ListsAndRestores):
         memories = list(memories)
         return await self._inner.restore_many(memories[:-1])
 
+class Counting(ListsAndRestores):
+    async def fact_counts(self, scope):
+        return await self._inner.fact_counts(scope)
+
+class ErasedWhileCopied(ListsAndRestores):
+    # An agent erases u0 here just after the migration read it: its second
+    # read (the first is the import that seeds it).
+    reads = 0
+    async def recall(self, scope, end_user_id, *, limit=None):
+        facts = await self._inner.recall(scope, end_user_id, limit=limit)
+        if end_user_id == "u0":
+            self.reads += 1
+            if self.reads == 2:
+                await self.changed(scope, end_user_id)
+        return facts
+    async def changed(self, scope, end_user_id):
+        await self._inner.erase(scope, end_user_id)
+
+class CountingErasedWhileCopied(ErasedWhileCopied, Counting):
+    pass
+
+class GrowsWhileCopied(CountingErasedWhileCopied):
+    # An agent remembers one more fact for u0 instead.
+    async def changed(self, scope, end_user_id):
+        await self._inner.remember(scope, end_user_id, "a fact that came later")
+
 # One store per URL for the whole test, so that commands share it.
 STORES = {}
 
-@asynccontextmanager
-async def lists_and_restores(url):
-    yield STORES.setdefault(url, ListsAndRestores())
+def shared(kind):
+    @asynccontextmanager
+    async def opened(url):
+        yield STORES.setdefault(url, kind())
+    return opened
 
-@asynccontextmanager
-async def lossy(url):
-    yield STORES.setdefault(url, Lossy())
+lists_and_restores = shared(ListsAndRestores)
+lossy = shared(Lossy)
+counting = shared(Counting)
+erasing = shared(ErasedWhileCopied)
+counting_erasing = shared(CountingErasedWhileCopied)
+growing = shared(GrowsWhileCopied)
 
 @asynccontextmanager
 async def four_methods(url):
@@ -81,7 +112,7 @@ async def down(url):
 
 @pytest.fixture
 def schemes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Install the schemes ``fourmethods:``, ``down:``, ``nocount:`` and ``lossy:``."""
+    """Install the schemes of the backends above, one per class."""
     folder = tmp_path / "site-packages"
     folder.mkdir()
     monkeypatch.syspath_prepend(str(folder))
@@ -95,7 +126,9 @@ def schemes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     (info / "entry_points.txt").write_text(
         "[psych_runtime.memory.stores]\n"
         f"fourmethods = {name}:four_methods\ndown = {name}:down\n"
-        f"nocount = {name}:lists_and_restores\nlossy = {name}:lossy\n",
+        f"nocount = {name}:lists_and_restores\nlossy = {name}:lossy\n"
+        f"counting = {name}:counting\nerasing = {name}:erasing\n"
+        f"countingerasing = {name}:counting_erasing\ngrowing = {name}:growing\n",
         "utf-8",
     )
     yield
@@ -145,8 +178,16 @@ def test_a_failing_store_is_unavailable_and_says_whether_anything_changed(
     )
 
 
-def _seeded(url: str, tmp_path: Path, end_users: int) -> None:
+WRITTEN_MEANWHILE = (
+    "psych-memory: error: TO_URL: after copying, 1 end user(s) hold other facts than in "
+    "FROM_URL (was either store written to meanwhile?); run migrate again to finish\n"
+)
+"""What migrate says when the stores differ at the end."""
+
+
+def _seeded(url: str, tmp_path: Path, end_users: int, capsys: pytest.CaptureFixture[str]) -> None:
     # Exports written by hand and imported: the test's stores have no file.
+    # What the imports print is dropped.
     for n in range(end_users):
         document = {
             "format": "psych-memory-export",
@@ -166,14 +207,14 @@ def _seeded(url: str, tmp_path: Path, end_users: int) -> None:
         path = tmp_path / f"u{n}.json"
         path.write_text(json.dumps(document), encoding="utf-8")
         assert main(["import", url, str(path)]) == ExitCode.DONE
+    capsys.readouterr()
 
 
 @pytest.mark.usefixtures("schemes")
 def test_stores_that_cannot_count_are_read_key_by_key_and_still_checked(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    _seeded("nocount:source", tmp_path, 3)
-    capsys.readouterr()
+    _seeded("nocount:source", tmp_path, 3, capsys)
     assert main(["migrate", "nocount:source", "nocount:destination", "--jobs", "2"]) == 0
     assert capsys.readouterr().out == (
         "copied 9 fact(s); 9 fact(s) of 3 end user(s) are now in both stores, counts checked\n"
@@ -192,11 +233,40 @@ def test_a_destination_that_lost_facts_while_copying_is_refused_at_the_count(
 ) -> None:
     # The source counts or not; the destination counts, and is short by one
     # fact after the copy.
-    _seeded(source, tmp_path, 2)
-    capsys.readouterr()
+    _seeded(source, tmp_path, 2, capsys)
     assert main(["migrate", source, "lossy:destination", "--jobs", "1"]) == ExitCode.REFUSED
-    captured = capsys.readouterr()
-    assert captured.err == (
-        "psych-memory: error: TO_URL: after copying, 1 end user(s) hold other facts than in "
-        "FROM_URL (was either store written to meanwhile?); run migrate again to finish\n"
+    assert capsys.readouterr().err == WRITTEN_MEANWHILE
+
+
+@pytest.mark.usefixtures("schemes")
+@pytest.mark.parametrize("source", ["erasing:source", "countingerasing:source"])
+@pytest.mark.parametrize("destination", ["nocount:destination", "counting:destination"])
+def test_an_end_user_erased_in_the_source_while_copied_is_erased_in_the_destination(
+    source: str, destination: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _seeded(source, tmp_path, 2, capsys)
+    assert main(["migrate", source, destination, "--jobs", "1"]) == ExitCode.DONE
+    assert capsys.readouterr().out == (
+        "copied 6 fact(s); 3 fact(s) of 1 end user(s) are now in both stores, counts checked\n"
+        "erased 1 end user(s) in TO_URL too: FROM_URL erased them while they were being copied\n"
+    )
+    assert main(["users", destination, "--tenant", "acme"]) == ExitCode.DONE
+    assert main(["count", destination]) == ExitCode.DONE
+    assert capsys.readouterr().out == "u1\n3\n"
+    # A second run finds nothing to copy and nothing erased.
+    assert main(["migrate", source, destination]) == ExitCode.DONE
+    assert capsys.readouterr().out.startswith("copied nothing: the destination already held all 3")
+
+
+@pytest.mark.usefixtures("schemes")
+def test_facts_written_to_the_source_while_copying_are_refused_at_the_count(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _seeded("growing:source", tmp_path, 2, capsys)
+    assert main(["migrate", "growing:source", "counting:destination"]) == ExitCode.REFUSED
+    assert capsys.readouterr().err == WRITTEN_MEANWHILE
+    # Run again, it copies the late fact.
+    assert main(["migrate", "growing:source", "counting:destination"]) == ExitCode.DONE
+    assert capsys.readouterr().out == (
+        "copied 1 fact(s); 7 fact(s) of 2 end user(s) are now in both stores, counts checked\n"
     )

@@ -365,6 +365,11 @@ def migrate_(from_url: str, to_url: str, tenant: str | None, jobs: int, verbose:
                 f"copied nothing: the destination already held all {done.facts} fact(s) of "
                 f"{done.end_users} end user(s), counts checked"
             )
+        if done.erased:
+            click.echo(
+                f"erased {done.erased} end user(s) in TO_URL too: FROM_URL erased them while "
+                "they were being copied"
+            )
         return ExitCode.DONE
 
     return _run(body)

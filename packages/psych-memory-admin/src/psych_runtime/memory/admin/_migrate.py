@@ -41,6 +41,8 @@ class Migration:
     """Facts in those keys, now in both stores."""
     copied: int
     """Facts this run wrote to the destination."""
+    erased: int = 0
+    """Keys the source erased while they were copied, erased in the destination too."""
 
 
 class Progress:
@@ -96,14 +98,16 @@ async def migrate(
     Only then are the missing facts restored, each key's in order, ``jobs``
     writers at a time; each writer sends the facts of several keys per call,
     a key's facts always in order, so that a key holds a first part of its
-    facts whenever a run stops. Last, every key's facts in the destination
-    are counted (with one query per tenant when it can count) and compared
-    with what was copied.
+    facts whenever a run stops. Last, both stores are counted again (with
+    one query per tenant where they can count) and compared with what was
+    copied. A key the source erased meanwhile is erased in the destination
+    too, so that a copy never brings back what an end user had erased; any
+    other difference is refused.
 
     Raises:
         CommandError: A store lacks a capability, or a destination key holds
             other facts (refused, nothing copied), or the counts differ at
-            the end (refused).
+            the end (refused): either store was written to meanwhile.
         MemoryStoreError: A store failed.
     """
     lists = lister(source, "FROM_URL")
@@ -122,7 +126,25 @@ async def migrate(
     progress.planned(sum(step.total - step.held for step in plan.values()))
     copier = _Copier(source, restores, plan, progress)
     await _share(keys, copier.copy, jobs)
+    now = await _source_counts(source, lists, tenants, jobs)
+    # An end user erased in the source while being copied: the copies go
+    # too (those of an earlier run included), or the destination would
+    # bring back what they had erased.
+    erased = [key for key in keys if key not in now]
+    emptied: list[MemoryKey] = []
+
+    async def erase(key: MemoryKey) -> None:
+        if await destination.erase(key.tenant, key.end_user_id):
+            emptied.append(key)
+        plan[key] = _Plan(0, 0, ())  # what both stores hold now
+
+    await _each(erased, erase, jobs)
     mismatched = await _mismatched(destination, tenants, keys, plan, jobs)
+    # Facts written to the source meanwhile (new end users included) were
+    # not all copied.
+    mismatched.update(
+        key for key, count in now.items() if key not in plan or plan[key].total != count
+    )
     if mismatched:
         raise CommandError(
             "TO_URL",
@@ -131,7 +153,10 @@ async def migrate(
             ExitCode.REFUSED,
         )
     return Migration(
-        end_users=len(keys), facts=sum(step.total for step in plan.values()), copied=copier.copied
+        end_users=len(keys) - len(erased),
+        facts=sum(step.total for step in plan.values()),
+        copied=copier.copied,
+        erased=len(emptied),
     )
 
 
@@ -235,19 +260,19 @@ async def _mismatched(
     keys: Sequence[MemoryKey],
     plan: Mapping[MemoryKey, _Plan],
     jobs: int,
-) -> list[MemoryKey]:
+) -> set[MemoryKey]:
     # The keys whose facts in the destination are not what was copied.
     counts = await _counted(destination, tenants)
     if counts is not None:
-        return [key for key in keys if counts.get(key, 0) != plan[key].total]
-    mismatched: list[MemoryKey] = []
+        return {key for key in keys if counts.get(key, 0) != plan[key].total}
+    mismatched: set[MemoryKey] = set()
 
     async def verify(key: MemoryKey) -> None:
         step = plan[key]
         held = await destination.recall(key.tenant, key.end_user_id)
         copied = held if step.facts is None else step.facts
         if len(held) != step.total or not held_prefix(copied, held):
-            mismatched.append(key)
+            mismatched.add(key)
 
     await _each(keys, verify, jobs)
     return mismatched
@@ -263,6 +288,25 @@ async def _counted(store: MemoryStore, tenants: Sequence[str]) -> dict[MemoryKey
         for tenant in tenants
         for end_user, count in (await store.fact_counts(tenant)).items()
     }
+
+
+async def _source_counts(
+    source: MemoryStore, lists: ListsEndUsers, tenants: Sequence[str], jobs: int
+) -> dict[MemoryKey, int]:
+    # Every key of the source holding facts now, with how many.
+    counts = await _counted(source, tenants)
+    if counts is not None:
+        return counts
+    keys = [MemoryKey(name, user) for name in tenants for user in await lists.end_users(name)]
+    found: dict[MemoryKey, int] = {}
+
+    async def count(key: MemoryKey) -> None:
+        held = len(await source.recall(key.tenant, key.end_user_id))
+        if held:
+            found[key] = held
+
+    await _each(keys, count, jobs)
+    return found
 
 
 async def _occupied(store: MemoryStore, tenants: Sequence[str]) -> set[MemoryKey] | None:
