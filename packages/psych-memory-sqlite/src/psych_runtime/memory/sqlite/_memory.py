@@ -397,7 +397,8 @@ class SqliteMemory(MemoryStore):
         timeout for other connections. An operator's erase receipt can say
         "scrubbed" when this returns ``True``, and "pending" otherwise. It
         runs on a connection of its own; the store's writes, and every other
-        connection's, wait for the rewrite.
+        connection's, wait for the rewrite, and fail as usual if it lasts
+        longer than their busy timeout (about 8 ms per megabyte of file).
 
         Returns:
             ``True`` if the file was rewritten and the log emptied, so no
