@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import anyio
 import anyio.to_thread
@@ -288,3 +289,43 @@ async def test_closing_with_the_reader_still_there_does_not_raise(db_path: Path)
         async with SqliteMemory(db_path) as other:
             assert await other.scrub() is True
     assert not occurs(db_path, "SECRET-stuck-5f5f")
+
+
+def commits_by_level(statements: list[str]) -> dict[str, set[str]]:
+    """The statement kinds (INSERT, DELETE) committed at each ``synchronous`` level."""
+    level, kind = "", ""
+    committed: dict[str, set[str]] = {}
+    for statement in statements:
+        words = statement.split()
+        if words[:3] == ["PRAGMA", "synchronous", "="]:
+            level = words[3]
+        elif words[0] in ("INSERT", "DELETE"):
+            kind = words[0]
+        elif words[0] == "COMMIT" and kind:
+            committed.setdefault(level, set()).add(kind)
+            kind = ""
+    return committed
+
+
+async def test_deletions_are_synced_at_every_durability_level(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Undone by a power cut, an erase would bring the facts back; a
+    # remember may be lost with durability="normal", as documented.
+    statements: list[str] = []
+    connect = sqlite3.connect
+
+    def traced(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+        conn: sqlite3.Connection = connect(*args, **kwargs)
+        conn.set_trace_callback(statements.append)
+        return conn
+
+    monkeypatch.setattr(sqlite3, "connect", traced)
+    async with SqliteMemory(db_path, durability="normal") as memory:
+        fact = await memory.remember("acme", "user-1", "first")
+        await memory.remember("acme", "user-1", "second")
+        assert await memory.forget("acme", "user-1", fact.id)
+        assert await memory.erase("acme", "user-1") == 1
+        await memory.remember("acme", "user-1", "third")
+
+    assert commits_by_level(statements) == {"NORMAL": {"INSERT"}, "FULL": {"DELETE"}}

@@ -557,7 +557,21 @@ class SqliteMemory(MemoryStore):
     def _delete(
         self, conn: sqlite3.Connection, operation: str, body: Callable[[sqlite3.Connection], int]
     ) -> int:
-        deleted = self._write(conn, operation, body)
+        # A deletion is synced at every durability level: undone by a power
+        # cut, it would bring the deleted facts back.
+        relaxed = self._durability != "full"
+        if relaxed:
+            try:
+                conn.execute("PRAGMA synchronous = FULL")
+            except sqlite3.Error as exc:
+                raise self._failure(operation, exc, may_have_taken_effect=False) from exc
+        try:
+            deleted = self._write(conn, operation, body)
+        finally:
+            if relaxed:
+                # Left at FULL if this fails: slower, never less safe.
+                with suppress(sqlite3.Error):
+                    conn.execute(f"PRAGMA synchronous = {self._durability.upper()}")
         if deleted:
             self._scrub.deleted()
         self._retry_scrub(conn)
