@@ -26,6 +26,7 @@ from psych_runtime.memory.port import (
     StoreClosedError,
 )
 from psych_runtime.memory.postgres import PostgresMemory
+from psych_runtime.memory.postgres._schema import Statements
 
 if TYPE_CHECKING:
     from conftest import Backdoor
@@ -390,3 +391,33 @@ async def test_a_batch_with_a_taken_id_in_another_tenant_stores_nothing(
         await store.restore_many([fresh, taken])
     assert caught.value.argument == "memories[1].id"
     assert await store.recall("globex", "user-1") == ()
+
+
+@pytest.mark.parametrize("operation", ["forget", "erase"])
+@pytest.mark.parametrize(
+    "setting", [("off", "on"), ("local", "local"), ("remote_apply", "remote_apply"), ("on", "on")]
+)
+async def test_a_deletion_is_never_committed_asynchronously(
+    store: PostgresMemory, postgres_dsn: str, schema: str, operation: str, setting: tuple[str, str]
+) -> None:
+    # With synchronous_commit = off, a server crash can lose a committed
+    # delete and bring the facts back; the deletion's statement raises it
+    # for its own transaction, and keeps every stronger setting.
+    session, at_commit = setting
+    fact = await store.remember("acme", "user-1", "a fact")
+    statement = getattr(Statements.for_schema(schema), operation)
+    args = ("acme", "user-1", fact.id) if operation == "forget" else ("acme", "user-1")
+
+    def delete() -> tuple[int, str, str]:
+        with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("SET synchronous_commit = {}").format(sql.Literal(session)))
+            with conn.transaction():
+                deleted = conn.execute(statement, args).rowcount
+                during = conn.execute("SHOW synchronous_commit").fetchone()
+            after = conn.execute("SHOW synchronous_commit").fetchone()
+            assert during is not None
+            assert after is not None
+            return deleted, str(during[0]), str(after[0])
+
+    assert await anyio.to_thread.run_sync(delete) == (1, at_commit, session)
+    assert await store.recall("acme", "user-1") == ()

@@ -127,6 +127,18 @@ MIGRATIONS: Final[tuple[tuple[sql.SQL, ...], ...]] = (
 )
 
 
+# Appended to a deletion: with ``synchronous_commit = off`` (a common
+# tuning), a committed delete can be lost in a server crash, and the facts
+# would come back. The deletion's own transaction then commits with "on";
+# every other setting (``local``, ``remote_apply``, ...) already waits for
+# the local flush and is kept. The condition is evaluated once, before the
+# scan, whether or not a row matches.
+_SYNCED: Final = (
+    " AND (SELECT CASE current_setting('synchronous_commit')"
+    " WHEN 'off' THEN set_config('synchronous_commit', 'on', true) ELSE '' END) IS NOT NULL"
+)
+
+
 @dataclass(frozen=True, slots=True)
 class Statements:
     """The statements of one store, rendered once for its schema.
@@ -156,6 +168,7 @@ class Statements:
         names = {
             "memories": _table(schema, "memories"),
             "versions": _table(schema, "schema_version"),
+            "synced": sql.SQL(_SYNCED),
         }
 
         def render(text: str) -> bytes:
@@ -195,13 +208,13 @@ class Statements:
             # The key is part of the condition, so an id of another end user
             # or tenant matches no row: the refusal is the WHERE clause.
             forget=render(
-                "DELETE FROM {memories} WHERE tenant = %s AND end_user_id = %s AND id = %s"
+                "DELETE FROM {memories} WHERE tenant = %s AND end_user_id = %s AND id = %s{synced}"
             ),
             recall=render(
                 "SELECT id, content, created_at FROM {memories}"
                 " WHERE tenant = %s AND end_user_id = %s ORDER BY seq LIMIT %s::bigint"
             ),
-            erase=render("DELETE FROM {memories} WHERE tenant = %s AND end_user_id = %s"),
+            erase=render("DELETE FROM {memories} WHERE tenant = %s AND end_user_id = %s{synced}"),
             # The "C" collation sorts UTF-8 bytes, which is code point order.
             tenants=render("SELECT DISTINCT tenant FROM {memories} ORDER BY tenant"),
             end_users=render(
