@@ -34,11 +34,23 @@ def occurs(db_path: Path, text: str) -> bool:
     return text.encode() in on_disk(db_path)
 
 
+# The facts of the end user the byte scans erase: one long fact spills into
+# overflow pages, which must be wiped as well.
+ERASED_TEXTS = (
+    *(f"ERASED-{i}-c0ffee: allergic to peanuts, Grüße {i}" for i in range(25)),
+    "ERASED-long-c0ffee " + "x" * 4000,
+)
+
+
+def filler(user: int, i: int) -> str:
+    return f"filler fact {user}/{i} " * 5
+
+
 async def fill(memory: SqliteMemory, users: int, facts: int) -> None:
     # Enough rows that pages split and rebalance around the facts under test.
     for user in range(users):
         for i in range(facts):
-            await memory.remember("acme", f"filler-{user}", f"filler fact {user}/{i} " * 5)
+            await memory.remember("acme", f"filler-{user}", filler(user, i))
 
 
 async def test_forget_leaves_no_copy_in_any_file(memory: SqliteMemory, db_path: Path) -> None:
@@ -60,16 +72,13 @@ async def test_forget_leaves_no_copy_in_any_file(memory: SqliteMemory, db_path: 
 
 async def test_erase_leaves_no_copy_of_facts_or_key(memory: SqliteMemory, db_path: Path) -> None:
     await fill(memory, 2, 30)
-    texts = [f"ERASED-{i}-c0ffee: allergic to peanuts, Grüße {i}" for i in range(25)]
-    # One long fact spills into overflow pages, which must be wiped as well.
-    texts.append("ERASED-long-c0ffee " + "x" * 4000)
-    for text in texts:
+    for text in ERASED_TEXTS:
         await memory.remember("acme", "erased-user-5d1e", text)
     kept = await memory.remember("acme", "kept-user", "KEPT-b00c prefers email")
     await fill(memory, 2, 30)
     assert occurs(db_path, "ERASED-long-c0ffee")
 
-    assert await memory.erase("acme", "erased-user-5d1e") == len(texts)
+    assert await memory.erase("acme", "erased-user-5d1e") == len(ERASED_TEXTS)
     assert await memory.scrub()
 
     assert not pending(memory)
@@ -91,17 +100,16 @@ async def restore_rows_that_move(memory: SqliteMemory) -> None:
         key = MemoryKey("acme", end_user_id)
         await memory.restore(Memory(os.urandom(16).hex(), key, content, _EPOCH))
 
-    async def filler() -> None:
+    async def fill_restored() -> None:
         for user in range(2):
             for i in range(30):
-                await put(f"filler-{user}", f"filler fact {user}/{i} " * 5)
+                await put(f"filler-{user}", filler(user, i))
 
-    await filler()
-    for i in range(25):
-        await put("erased-user-5d1e", f"ERASED-{i}-c0ffee: allergic to peanuts, Grüße {i}")
-    await put("erased-user-5d1e", "ERASED-long-c0ffee " + "x" * 4000)
+    await fill_restored()
+    for text in ERASED_TEXTS:
+        await put("erased-user-5d1e", text)
     await put("kept-user", "KEPT-b00c prefers email")
-    await filler()
+    await fill_restored()
 
 
 async def test_copies_left_by_moved_rows_are_gone_after_scrub(
@@ -109,7 +117,7 @@ async def test_copies_left_by_moved_rows_are_gone_after_scrub(
 ) -> None:
     await restore_rows_that_move(memory)
 
-    assert await memory.erase("acme", "erased-user-5d1e") == 26
+    assert await memory.erase("acme", "erased-user-5d1e") == len(ERASED_TEXTS)
     assert pending(memory)
     assert await memory.scrub() is True
 
@@ -123,7 +131,7 @@ async def test_copies_left_by_moved_rows_are_gone_after_closing(db_path: Path) -
     memory = SqliteMemory(db_path)
     async with memory:
         await restore_rows_that_move(memory)
-        assert await memory.erase("acme", "erased-user-5d1e") == 26
+        assert await memory.erase("acme", "erased-user-5d1e") == len(ERASED_TEXTS)
         assert pending(memory)
 
     assert not pending(memory)

@@ -113,9 +113,7 @@ async def migrate(
     lists = lister(source, "FROM_URL")
     restores = restorer(destination, "TO_URL")
     tenants = (tenant,) if tenant is not None else await lists.tenants()
-    keys = [
-        MemoryKey(name, end_user) for name in tenants for end_user in await lists.end_users(name)
-    ]
+    keys = await _keys(lists, tenants)
     plan = await _checked(
         source,
         destination,
@@ -290,6 +288,11 @@ async def _counted(store: MemoryStore, tenants: Sequence[str]) -> dict[MemoryKey
     }
 
 
+async def _keys(lists: ListsEndUsers, tenants: Sequence[str]) -> list[MemoryKey]:
+    # Every key of ``tenants`` that holds facts.
+    return [MemoryKey(name, user) for name in tenants for user in await lists.end_users(name)]
+
+
 async def _source_counts(
     source: MemoryStore, lists: ListsEndUsers, tenants: Sequence[str], jobs: int
 ) -> dict[MemoryKey, int]:
@@ -297,7 +300,7 @@ async def _source_counts(
     counts = await _counted(source, tenants)
     if counts is not None:
         return counts
-    keys = [MemoryKey(name, user) for name in tenants for user in await lists.end_users(name)]
+    keys = await _keys(lists, tenants)
     found: dict[MemoryKey, int] = {}
 
     async def count(key: MemoryKey) -> None:

@@ -19,8 +19,12 @@ _NOTADB: Final = 26
 
 def is_busy(error: sqlite3.Error) -> bool:
     """Whether ``error`` means another connection held the file past the busy timeout."""
+    return _primary(error) in (_BUSY, _LOCKED)
+
+
+def _primary(error: sqlite3.Error) -> int | None:
     code = getattr(error, "sqlite_errorcode", None)
-    return code is not None and code & 0xFF in (_BUSY, _LOCKED)
+    return None if code is None else int(code) & 0xFF
 
 
 def store_failure(
@@ -36,7 +40,6 @@ def store_failure(
     SQLite's message is never repeated: only its result-code name, which
     holds no value, is.
     """
-    code = getattr(error, "sqlite_errorcode", None)
     name = getattr(error, "sqlite_errorname", None) or type(error).__name__
     if is_busy(error):
         return DatabaseUnavailableError(
@@ -45,7 +48,7 @@ def store_failure(
             f"of {busy_timeout:g} s",
             may_have_taken_effect=may_have_taken_effect,
         )
-    if code is not None and code & 0xFF in (_CORRUPT, _NOTADB):
+    if _primary(error) in (_CORRUPT, _NOTADB):
         return DatabaseFileError(
             f"{operation} failed: {path} is not a SQLite database, or is corrupt ({name})"
         )

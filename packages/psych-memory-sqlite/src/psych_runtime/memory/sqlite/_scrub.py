@@ -58,7 +58,7 @@ class ScrubState:
     def log_pending(self) -> bool:
         """Whether a committed deletion has not been followed by an emptied log."""
         with self._lock:
-            return max(self._log_emptied, self._rewritten) < self._deletions
+            return self._log_emptied < self._deletions
 
     def deleted(self) -> None:
         """Record a committed deletion."""
@@ -79,6 +79,7 @@ class ScrubState:
         """Record that the file was rewritten and the log emptied after ``target`` deletions."""
         with self._lock:
             self._rewritten = max(self._rewritten, target)
+            self._log_emptied = max(self._log_emptied, target)
 
 
 def truncate_log(conn: sqlite3.Connection) -> bool:
