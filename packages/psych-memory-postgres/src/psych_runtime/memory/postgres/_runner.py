@@ -29,12 +29,20 @@ import asyncio
 import sys
 import threading
 import weakref
-from collections.abc import AsyncIterator, Callable, Coroutine, Generator, Iterator, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Callable,
+    Coroutine,
+    Generator,
+    Iterator,
+    Sequence,
+)
 from contextlib import (
     AbstractAsyncContextManager,
     AbstractContextManager,
     asynccontextmanager,
     contextmanager,
+    nullcontext,
 )
 from dataclasses import dataclass
 from typing import Any, Final, Generic, TypeAlias, TypeVar
@@ -42,12 +50,12 @@ from typing import Any, Final, Generic, TypeAlias, TypeVar
 import anyio
 import anyio.to_thread
 import psycopg
-from psycopg import AsyncConnection, Connection, sql
+from psycopg import AsyncConnection, AsyncCursor, Connection, sql
 from psycopg.pq import ConnStatus
 from psycopg.pq.abc import PGconn
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolClosed
 
-from ._errors import StoreUnavailableError
+from ._errors import SchemaVersionError, StoreUnavailableError
 from ._translate import translate
 
 __all__ = [
@@ -73,14 +81,17 @@ Conversation: TypeAlias = Generator[Statement, tuple[Rows, int], _T]
 # on a fresh connection. Only connections the server dropped cause replays.
 _ATTEMPTS: Final = 3
 
+# Calls outside a transaction enter this instead of ``conn.transaction()``.
+_NO_TRANSACTION: Final = nullcontext()
+
 _SESSION_BOUNDS: Final = (
     b"SELECT set_config('statement_timeout', %s, false), set_config('lock_timeout', %s, false)"
 )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class Call(Generic[_T]):
-    """One call of the store, ready to run.
+    """One call of the store, ready to run, and what it did so far.
 
     Attributes:
         operation: The method's name, for errors.
@@ -90,6 +101,9 @@ class Call(Generic[_T]):
         transaction: Run every statement in one transaction (setup).
         changes: It may change the database. A call that only reads has no
             effect to decide, so a cancellation may interrupt it anywhere.
+        sent: A statement of this call reached a connection (in any attempt).
+        uncertain: An attempt broke after sending, so it may have taken
+            effect.
     """
 
     operation: str
@@ -97,6 +111,8 @@ class Call(Generic[_T]):
     replayable: bool
     transaction: bool = False
     changes: bool = True
+    sent: bool = False
+    uncertain: bool = False
 
 
 class LazyPool:
@@ -138,22 +154,10 @@ class LazyPool:
                 self._pool.close()
 
 
-class _Progress:
-    """What one call did so far, shared with whoever settles its cancellation."""
-
-    __slots__ = ("sent", "uncertain")
-
-    def __init__(self) -> None:
-        # A statement of this call reached the connection (in any attempt).
-        self.sent = False
-        # An attempt broke after sending, so it may have taken effect.
-        self.uncertain = False
-
-
 class Runner:
     """Runs calls on one pool, on behalf of one store."""
 
-    __slots__ = ("_bounds", "_fallback", "_home", "_pool", "_prepared", "_schema")
+    __slots__ = ("_bounds", "_fallback", "_home", "_pool", "_prepared", "_schema", "verified")
 
     def __init__(
         self,
@@ -178,106 +182,107 @@ class Runner:
         # Connections that already carry the bounds; they live in the pool,
         # so the set must not keep them alive.
         self._prepared: weakref.WeakSet[Any] = weakref.WeakSet()
+        # Set by the store once the recorded schema version was found
+        # current; cleared here when the tables turn out missing. A plain
+        # flag is enough: two tasks checking at once is harmless.
+        self.verified = False
 
     def belong_to(self, home: asyncio.AbstractEventLoop, fallback: LazyPool) -> None:
         """Serve the asynchronous pool on ``home`` only, other loops on ``fallback``."""
         self._home = home
         self._fallback = fallback
 
-    async def run(self, call: Call[_T]) -> _T:
+    def run(self, call: Call[_T]) -> Coroutine[Any, Any, _T]:
         """Run ``call`` to its end, or raise a store failure of the port.
+
+        A plain function returning what the caller awaits, so that the
+        common case costs no coroutine of its own: every call comes here.
 
         Raises:
             StoreUnavailableError: The server could not complete the call.
             SchemaVersionError: The tables are missing.
             PostgresMemoryError: The server refused the statement.
-            RuntimeError: An asynchronous pool used outside asyncio.
+            RuntimeError: An asynchronous pool used outside asyncio (when
+                awaited).
         """
         pool = self._pool
-        progress = _Progress()
         loop = running_loop()
         if isinstance(pool, AsyncConnectionPool):
             if loop is not None and (self._home is None or loop is self._home):
-                attempts = self._attempts_async(pool, call, progress)
+                attempts = self._attempts_async(pool, call)
                 if not call.changes:
-                    return await attempts
-                return await _decided(attempts, progress, stoppable=True)
+                    return attempts
+                return _decided(loop, attempts, call, stoppable=True)
             if self._fallback is None:
-                raise RuntimeError(
-                    "an AsyncConnectionPool runs only on asyncio (psycopg's asynchronous "
-                    "API); on trio give PostgresMemory a psycopg_pool.ConnectionPool"
-                )
-            work = anyio.to_thread.run_sync(self._on_fallback, self._fallback, call, progress)
+                return _refuse_trio()
+            work = anyio.to_thread.run_sync(self._on_fallback, self._fallback, call)
         else:
-            work = anyio.to_thread.run_sync(self._attempts_sync, pool, call, progress)
+            work = anyio.to_thread.run_sync(self._attempts_sync, pool, call)
         # A worker thread is never abandoned by an anyio (or trio) cancel
         # scope: the call's effect is decided before the caller sees the
         # cancel. A plain asyncio cancel does not wait for the thread, so on
         # asyncio the wait is made explicit.
         if loop is not None and call.changes:
-            return await _decided(work, progress, stoppable=False)
-        return await work
+            return _decided(loop, work, call, stoppable=False)
+        return work
 
-    def _on_fallback(self, fallback: LazyPool, call: Call[_T], progress: _Progress) -> _T:
+    def _on_fallback(self, fallback: LazyPool, call: Call[_T]) -> _T:
         try:
             pool = fallback.get()
         except psycopg.Error as exc:
-            failure = self._failure(call, exc, progress, broken=False, sent=False)
+            failure = self._failure(call, exc, broken=False, sent=False)
             raise failure from exc
-        return self._attempts_sync(pool, call, progress)
+        return self._attempts_sync(pool, call)
 
     # -- asyncio, psycopg's asynchronous pool ---------------------------------
 
-    async def _attempts_async(
-        self, pool: AsyncConnectionPool[Any], call: Call[_T], progress: _Progress
-    ) -> _T:
+    async def _attempts_async(self, pool: AsyncConnectionPool[Any], call: Call[_T]) -> _T:
         for attempt in range(1, _ATTEMPTS + 1):
-            holder: list[AsyncConnection[Any]] = []
+            used: AsyncConnection[Any] | None = None
             sent = False
             try:
                 for fresh in range(pool.max_size + 1):
                     async with _connection_async(pool, replay=attempt > 1) as conn:
                         if fresh < pool.max_size and not _alive(conn.pgconn):
                             continue
-                        holder.append(conn)
+                        used = conn
                         bounded = self._bounds is None or conn in self._prepared
                         if not bounded:
                             await conn.execute(_SESSION_BOUNDS, self._bounds)
-                        progress.sent = sent = True
-                        if call.transaction:
-                            async with conn.transaction():
-                                result = await _converse_async(conn, call.conversation())
-                        else:
-                            result = await _converse_async(conn, call.conversation())
+                        call.sent = sent = True
+                        transaction = conn.transaction() if call.transaction else _NO_TRANSACTION
+                        async with transaction, conn.cursor() as cursor:
+                            result = await _converse_async(cursor, call.conversation())
                         if not bounded:
                             self._prepared.add(conn)
                         return result
             except psycopg.Error as exc:
-                broken = bool(holder) and holder[-1].broken
+                broken = used is not None and used.broken
                 if not (broken and (call.replayable or not sent) and attempt < _ATTEMPTS):
-                    failure = self._failure(call, exc, progress, broken=broken, sent=sent)
+                    failure = self._failure(call, exc, broken=broken, sent=sent)
                     raise failure from exc
                 if sent:
-                    progress.uncertain = True
+                    call.uncertain = True
         raise AssertionError("unreachable: the last attempt raises")  # pragma: no cover
 
     # -- any event loop, psycopg's synchronous pool in a worker thread -------
 
-    def _attempts_sync(self, pool: ConnectionPool[Any], call: Call[_T], progress: _Progress) -> _T:
-        # Runs in a worker thread; ``progress`` is read only once it is done.
+    def _attempts_sync(self, pool: ConnectionPool[Any], call: Call[_T]) -> _T:
+        # Runs in a worker thread; ``call.sent`` and ``call.uncertain`` are
+        # read only once it is done.
         for attempt in range(1, _ATTEMPTS + 1):
-            holder: list[Connection[Any]] = []
+            used: Connection[Any] | None = None
             sent = False
             try:
                 for fresh in range(pool.max_size + 1):
                     with _connection_sync(pool, replay=attempt > 1) as conn:
                         if fresh < pool.max_size and not _alive(conn.pgconn):
                             continue
-                        holder.append(conn)
+                        used = conn
                         bounded = self._bounds is None or conn in self._prepared
                         if not bounded:
                             conn.execute(_SESSION_BOUNDS, self._bounds)
-                        progress.sent = sent = True
+                        call.sent = sent = True
                         if call.transaction:
                             with conn.transaction():
                                 result = _converse_sync(conn, call.conversation())
@@ -287,22 +292,25 @@ class Runner:
                             self._prepared.add(conn)
                         return result
             except psycopg.Error as exc:
-                broken = bool(holder) and holder[-1].broken
+                broken = used is not None and used.broken
                 if not (broken and (call.replayable or not sent) and attempt < _ATTEMPTS):
-                    failure = self._failure(call, exc, progress, broken=broken, sent=sent)
+                    failure = self._failure(call, exc, broken=broken, sent=sent)
                     raise failure from exc
                 if sent:
-                    progress.uncertain = True
+                    call.uncertain = True
         raise AssertionError("unreachable: the last attempt raises")  # pragma: no cover
 
     def _failure(
-        self, call: Call[Any], exc: psycopg.Error, progress: _Progress, *, broken: bool, sent: bool
+        self, call: Call[Any], exc: psycopg.Error, *, broken: bool, sent: bool
     ) -> Exception:
         # A read changes nothing, whatever became of it.
         sent = sent and call.changes
         error = translate(call.operation, exc, broken=broken, sent=sent, schema=self._schema)
+        if isinstance(error, SchemaVersionError):
+            # The tables went away under a running store: check again next time.
+            self.verified = False
         if (
-            progress.uncertain
+            call.uncertain
             and call.changes
             and isinstance(error, StoreUnavailableError)
             and not error.may_have_taken_effect
@@ -325,25 +333,56 @@ else:
         return asyncio.ensure_future(work)
 
 
-async def _decided(work: Coroutine[Any, Any, _T], progress: _Progress, *, stoppable: bool) -> _T:
-    # The attempts run in a task of their own, so a cancellation of the
-    # caller (an anyio scope or a plain asyncio cancel) cannot interrupt a
-    # statement in flight: psycopg would then drop the connection while the
-    # server may still commit, after the caller moved on.
-    task = _start(work)
+def _decided(
+    loop: asyncio.AbstractEventLoop,
+    work: Coroutine[Any, Any, _T],
+    call: Call[_T],
+    *,
+    stoppable: bool,
+) -> Coroutine[Any, Any, _T]:
+    # ``work`` runs in a task of its own and reports to a waiter, so a
+    # cancellation of the caller (an anyio scope or a plain asyncio cancel)
+    # cancels only the waiter and cannot interrupt a statement in flight:
+    # psycopg would then drop the connection while the server may still
+    # commit, after the caller moved on. (`asyncio.shield` would do the
+    # same with more objects per call, and every write comes here.)
+    waiter: asyncio.Future[_T] = loop.create_future()
+    return _awaited(waiter, _start(_deliver(work, waiter)), call, stoppable=stoppable)
+
+
+async def _deliver(work: Coroutine[Any, Any, _T], waiter: asyncio.Future[_T]) -> None:
+    # The task's whole body: its outcome goes to the waiter, and the task
+    # itself ends quietly (it is looked at only when the caller was
+    # cancelled, in `_settle`).
     try:
-        return await asyncio.shield(task)
+        result = await work
+    except Exception as exc:  # noqa: BLE001 - handed on whole to the waiting caller
+        if not waiter.done():
+            waiter.set_exception(exc)
+    else:
+        if not waiter.done():
+            waiter.set_result(result)
+
+
+async def _awaited(
+    waiter: asyncio.Future[_T], task: asyncio.Task[None], call: Call[_T], *, stoppable: bool
+) -> _T:
+    try:
+        return await waiter
     except asyncio.CancelledError:
-        await _settle(task, progress, stoppable=stoppable)
+        await _settle(task, call, stoppable=stoppable)
+        if not waiter.cancelled():
+            # Retrieved so asyncio does not report it as never seen.
+            waiter.exception()
         raise
 
 
-async def _settle(task: asyncio.Future[Any], progress: _Progress, *, stoppable: bool) -> None:
+async def _settle(task: asyncio.Task[None], call: Call[Any], *, stoppable: bool) -> None:
     # The caller was cancelled. Before anything was sent, stoppable attempts
     # are cancelled too (nothing happened); otherwise they run to their end,
     # bounded by the statement and pool timeouts, so the outcome is decided
     # before the cancellation goes on.
-    if stoppable and not progress.sent:
+    if stoppable and not call.sent:
         task.cancel()
     with anyio.CancelScope(shield=True):
         while not task.done():
@@ -355,6 +394,13 @@ async def _settle(task: asyncio.Future[Any], progress: _Progress, *, stoppable: 
     if not task.cancelled():
         # Retrieved so asyncio does not report it as never seen.
         task.exception()
+
+
+async def _refuse_trio() -> Any:
+    raise RuntimeError(
+        "an AsyncConnectionPool runs only on asyncio (psycopg's asynchronous "
+        "API); on trio give PostgresMemory a psycopg_pool.ConnectionPool"
+    )
 
 
 # A replay runs on a connection opened for it, outside the pool: whatever
@@ -409,17 +455,16 @@ def _settings(pool: Pool) -> tuple[str, dict[str, Any]] | None:
     return None
 
 
-async def _converse_async(conn: AsyncConnection[Any], conversation: Conversation[_T]) -> _T:
-    async with conn.cursor() as cursor:
-        statement = next(conversation)
-        while True:
-            await cursor.execute(statement[0], statement[1])
-            rows = await cursor.fetchall() if cursor.description is not None else []
-            try:
-                statement = conversation.send((rows, cursor.rowcount))
-            except StopIteration as done:
-                result: _T = done.value
-                return result
+async def _converse_async(cursor: AsyncCursor[Any], conversation: Conversation[_T]) -> _T:
+    statement = next(conversation)
+    while True:
+        await cursor.execute(statement[0], statement[1])
+        rows = await cursor.fetchall() if cursor.description is not None else []
+        try:
+            statement = conversation.send((rows, cursor.rowcount))
+        except StopIteration as done:
+            result: _T = done.value
+            return result
 
 
 def _converse_sync(conn: Connection[Any], conversation: Conversation[_T]) -> _T:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Coroutine, Iterable
 from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any, Final, Self, TypeVar
@@ -137,7 +137,7 @@ class PostgresMemory(MemoryStore):
             not positive.
     """
 
-    __slots__ = ("_closed", "_pool", "_runner", "_schema", "_sql", "_verified")
+    __slots__ = ("_closed", "_pool", "_runner", "_schema", "_sql")
 
     def __init__(
         self,
@@ -161,10 +161,6 @@ class PostgresMemory(MemoryStore):
             statement_timeout=_seconds(statement_timeout, "statement_timeout"),
             lock_timeout=_seconds(lock_timeout, "lock_timeout"),
         )
-        # Set once the recorded schema version was found current, cleared
-        # when the tables turn out missing. A plain flag is enough: two
-        # tasks checking at once is harmless.
-        self._verified = False
         self._closed = False
 
     @classmethod
@@ -325,7 +321,7 @@ class PostgresMemory(MemoryStore):
             )
         elif found > SCHEMA_VERSION:
             raise SchemaVersionError(self._schema, found, SCHEMA_VERSION)
-        self._verified = True
+        self._runner.verified = True
 
     async def verify(self) -> None:
         """Check that the schema is at this code's version, writing nothing.
@@ -546,7 +542,7 @@ class PostgresMemory(MemoryStore):
         if self._closed:
             raise StoreClosedError(operation, "closed")
 
-    async def _run(
+    def _run(
         self,
         operation: str,
         conversation: partial[Conversation[_T]],
@@ -554,23 +550,18 @@ class PostgresMemory(MemoryStore):
         replayable: bool,
         changes: bool = True,
         transaction: bool = False,
-    ) -> _T:
+    ) -> Coroutine[Any, Any, _T]:
+        # A plain function returning what the operation awaits: every call
+        # comes here, and a coroutine of its own would cost each one.
         self._check_open(operation)
-        if not self._verified:
-            await self._verify(operation)
-        try:
-            call = Call(
-                operation,
-                conversation,
-                replayable=replayable,
-                changes=changes,
-                transaction=transaction,
-            )
-            return await self._runner.run(call)
-        except SchemaVersionError:
-            # The tables went away under a running store: check again next time.
-            self._verified = False
-            raise
+        call = Call(operation, conversation, replayable, transaction, changes)
+        if self._runner.verified:
+            return self._runner.run(call)
+        return self._verified_run(call)
+
+    async def _verified_run(self, call: Call[_T]) -> _T:
+        await self._verify(call.operation)
+        return await self._runner.run(call)
 
     async def _verify(self, operation: str) -> None:
         # Code older than the database must fail clearly rather than misread
@@ -585,7 +576,7 @@ class PostgresMemory(MemoryStore):
         )
         if found != SCHEMA_VERSION:
             raise SchemaVersionError(self._schema, found, SCHEMA_VERSION)
-        self._verified = True
+        self._runner.verified = True
 
 
 def _setup_conversation(schema: str) -> Conversation[None]:
