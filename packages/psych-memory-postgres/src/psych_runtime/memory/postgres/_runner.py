@@ -42,7 +42,6 @@ from contextlib import (
     AbstractContextManager,
     asynccontextmanager,
     contextmanager,
-    nullcontext,
 )
 from dataclasses import dataclass
 from typing import Any, Final, Generic, TypeAlias, TypeVar
@@ -80,9 +79,6 @@ Conversation: TypeAlias = Generator[Statement, tuple[Rows, int], _T]
 # A call is tried at most this often: a first attempt and two replays, each
 # on a fresh connection. Only connections the server dropped cause replays.
 _ATTEMPTS: Final = 3
-
-# Calls outside a transaction enter this instead of ``conn.transaction()``.
-_NO_TRANSACTION: Final = nullcontext()
 
 _SESSION_BOUNDS: Final = (
     b"SELECT set_config('statement_timeout', %s, false), set_config('lock_timeout', %s, false)"
@@ -250,9 +246,12 @@ class Runner:
                         if not bounded:
                             await conn.execute(_SESSION_BOUNDS, self._bounds)
                         call.sent = sent = True
-                        transaction = conn.transaction() if call.transaction else _NO_TRANSACTION
-                        async with transaction, conn.cursor() as cursor:
-                            result = await _converse_async(cursor, call.conversation())
+                        if call.transaction:
+                            async with conn.transaction(), conn.cursor() as cursor:
+                                result = await _converse_async(cursor, call.conversation())
+                        else:
+                            async with conn.cursor() as cursor:
+                                result = await _converse_async(cursor, call.conversation())
                         if not bounded:
                             self._prepared.add(conn)
                         return result
