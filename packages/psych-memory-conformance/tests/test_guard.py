@@ -114,6 +114,29 @@ def test_replacing_the_event_loop_fixture_is_refused() -> None:
                 return "asyncio"
 
 
+@pytest.mark.parametrize("fixture", ["anyio_backend", "_conformance_setup"])
+def test_replacing_a_kit_fixture_under_another_attribute_name_is_refused(fixture: str) -> None:
+    # pytest finds a fixture by the name it was registered under, so one
+    # renamed to the kit's would replace it while every attribute stays.
+    @pytest.fixture(name=fixture)
+    def only_asyncio() -> str:
+        return "asyncio"
+
+    problem = f"only_asyncio is registered as the kit's fixture {fixture}"
+    with pytest.raises(TypeError, match=problem):
+        type("Renamed", (Complete,), {"only_asyncio": only_asyncio})
+
+
+def test_a_fixture_of_its_own_under_another_name_is_accepted() -> None:
+    @pytest.fixture(name="database_url")
+    def url() -> str:
+        return "sqlite://"
+
+    # Refused, the class would not exist: the guard raises while it is built.
+    own = type("OwnFixture", (Complete,), {"url": url})
+    assert issubclass(own, MemoryStoreContract)
+
+
 def test_replacing_the_setup_fixture_is_refused() -> None:
     # Without it no check would know its directory or its expected failure.
     with pytest.raises(TypeError, match="_conformance_setup"):

@@ -34,6 +34,7 @@ class KitGuard:
         for klass in reversed(kit.__mro__[:-1]):
             own.update(vars(klass))
         fixture_names = frozenset(fixtures)
+        self._fixtures: Final = fixture_names
         self._own: Final[Mapping[str, object]] = own
         self._protected: Final = tuple(
             name for name in own if name.startswith("test") or name in fixture_names
@@ -47,6 +48,12 @@ class KitGuard:
             "deleted; list it in expected_failures with a reason instead"
             for name in self._protected
             if inspect.getattr_static(cls, name, None) is not self._own[name]
+        ]
+        problems += [
+            f"{attribute} is registered as the kit's fixture {name} and would replace "
+            "it; the kit's fixtures cannot be replaced"
+            for attribute, name in _renamed_fixtures(cls)
+            if name in self._fixtures and attribute != name
         ]
         problems += self._wrong_expected_failures(getattr(cls, "expected_failures", {}))
         marks = _marks(cls)
@@ -78,6 +85,24 @@ class KitGuard:
             elif not isinstance(reason, str) or not reason.strip():
                 problems.append(f"expected_failures[{name!r}] needs a reason")
         return problems
+
+
+def _renamed_fixtures(cls: type) -> list[tuple[str, str]]:
+    # Every fixture of the hierarchy that ``@pytest.fixture(name=...)``
+    # registers under a name of its own, with that name: pytest looks a
+    # fixture up by it, so ``def mine(...)`` named "anyio_backend" replaces
+    # the kit's fixture although no attribute of that name changed.
+    renamed = []
+    for klass in cls.__mro__:
+        for attribute, value in vars(klass).items():
+            # pytest 8.4 and later wrap the function; earlier ones mark it.
+            marker = getattr(value, "_fixture_function_marker", None) or getattr(
+                value, "_pytestfixturefunction", None
+            )
+            name = getattr(marker, "name", None)
+            if isinstance(name, str):
+                renamed.append((attribute, name))
+    return renamed
 
 
 def _marks(cls: type) -> list[object]:
