@@ -7,10 +7,15 @@ accepts and refuses exactly the same input.
 """
 
 from ._capabilities import (
+    MAX_CREATED_AT,
+    MAX_PAGE_SIZE,
     MAX_RESTORED_ID_LENGTH,
+    MIN_CREATED_AT,
     CountsFacts,
     ListsEndUsers,
+    PagesFacts,
     RestoresFacts,
+    validate_page,
     validate_restored,
     validate_restored_id,
     validate_restored_many,
@@ -22,6 +27,7 @@ from ._errors import (
     InvalidLimitError,
     MemoryStoreError,
     SchemaVersionError,
+    StalePageError,
     StoreClosedError,
     StoreUnavailableError,
 )
@@ -40,8 +46,11 @@ from ._version import __version__ as __version__
 
 __all__ = [
     "MAX_CONTENT_LENGTH",
+    "MAX_CREATED_AT",
     "MAX_KEY_LENGTH",
+    "MAX_PAGE_SIZE",
     "MAX_RESTORED_ID_LENGTH",
+    "MIN_CREATED_AT",
     "CountsFacts",
     "HasTenant",
     "InvalidContentError",
@@ -49,6 +58,7 @@ __all__ = [
     "InvalidKeyError",
     "InvalidLimitError",
     "ListsEndUsers",
+    "PagesFacts",
     "Memory",
     "MemoryKey",
     "MemoryStore",
@@ -56,6 +66,7 @@ __all__ = [
     "RestoresFacts",
     "SchemaVersionError",
     "Scope",
+    "StalePageError",
     "StoreClosedError",
     "StoreUnavailableError",
     "memory_key",
@@ -63,6 +74,7 @@ __all__ = [
     "validate_key_part",
     "validate_limit",
     "validate_memory_id",
+    "validate_page",
     "validate_restored",
     "validate_restored_id",
     "validate_restored_many",

@@ -1,10 +1,11 @@
 """Capabilities beyond the four methods, which a store may provide.
 
-Operators need three things an agent never does: to list whose facts a
+Operators need four things an agent never does: to list whose facts a
 store holds (to answer "what do you hold about me"), to count them without
-reading them, and to write a fact exactly as it was (to move facts between
-stores). None belongs in `MemoryStore`, whose four methods are all an agent
-may call; each is a small protocol instead. A store provides a capability
+reading them, to read one end user's facts a page at a time (an end user of
+any size, in bounded memory), and to write a fact exactly as it was (to move
+facts between stores). None belongs in `MemoryStore`, whose four methods are
+all an agent may call; each is a small protocol instead. A store provides a capability
 by having its methods: tools check with ``isinstance(store, ListsEndUsers)``
 and report clearly when a store lacks one.
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Final, Protocol, runtime_checkable
 
 from ._errors import InvalidInputError
@@ -22,10 +23,15 @@ from ._memory import Memory
 from ._validation import _type_name, validate_content
 
 __all__ = [
+    "MAX_CREATED_AT",
+    "MAX_PAGE_SIZE",
     "MAX_RESTORED_ID_LENGTH",
+    "MIN_CREATED_AT",
     "CountsFacts",
     "ListsEndUsers",
+    "PagesFacts",
     "RestoresFacts",
+    "validate_page",
     "validate_restored",
     "validate_restored_id",
     "validate_restored_many",
@@ -33,6 +39,19 @@ __all__ = [
 
 MAX_RESTORED_ID_LENGTH: Final = 64
 """The most characters the id of a restored fact may have."""
+
+MIN_CREATED_AT: Final = datetime.min.replace(tzinfo=UTC)
+"""The earliest ``created_at`` a restored fact may have: 0001-01-01T00:00:00Z."""
+
+MAX_CREATED_AT: Final = datetime.max.replace(tzinfo=UTC)
+"""The latest ``created_at`` a restored fact may have: 9999-12-31T23:59:59.999999Z.
+
+With `MIN_CREATED_AT`, the range every adapter stores and reads back to the
+microsecond: the instants a `datetime` can hold in UTC.
+"""
+
+MAX_PAGE_SIZE: Final = 10_000
+"""The most facts one `PagesFacts.recall_page` may return."""
 
 _RESTORABLE_ID: Final = re.compile(r"[A-Za-z0-9_-]+")
 
@@ -91,6 +110,64 @@ class CountsFacts(Protocol):
 
 
 @runtime_checkable
+class PagesFacts(Protocol):
+    """A store that can read one end user's facts a page at a time.
+
+    What an operator's reads need for an end user of any size: exporting,
+    migrating or counting millions of facts without holding them all in
+    memory, and without one query that runs past the store's time bounds.
+    Each page is a short read of its own; a caller resumes from the id of
+    the last fact it has seen. `MemoryStore.recall` keeps its contract.
+
+    Pages are not a snapshot: a fact remembered while the pages are read
+    appears in a later page, and a fact forgotten before its page is read
+    does not appear.
+    """
+
+    async def recall_page(
+        self, scope: Scope, end_user_id: str, *, after: str | None = None, size: int
+    ) -> tuple[Memory, ...]:
+        """Up to ``size`` facts of the key, oldest first, after the fact ``after``.
+
+        The order is that of `MemoryStore.recall`. ``after=None`` starts at
+        the oldest fact; ``after=page[-1].id`` gives the next page. A page
+        shorter than ``size`` (possibly empty) is the last one.
+
+        Raises:
+            TypeError: An argument has the wrong type (``after`` not ``None``
+                or a `str`, ``size`` not an `int` or a `bool`).
+            InvalidKeyError: The tenant or end-user id breaks a key rule.
+            InvalidInputError: ``size`` is not between 1 and
+                `MAX_PAGE_SIZE`.
+            StalePageError: ``after`` is not the id of a fact this key
+                holds (forgotten or erased since it was read): start again
+                from ``None``.
+            MemoryStoreError: The store failed (see `MemoryStore`).
+        """
+        ...
+
+
+def validate_page(after: object, size: object) -> tuple[str | None, int]:
+    """Check the arguments of `PagesFacts.recall_page` and return them.
+
+    Whether ``after`` is held by the key only the store can tell; this
+    checks types and the range of ``size``.
+
+    Raises:
+        TypeError: ``after`` is neither ``None`` nor a `str`, or ``size`` is
+            not an `int` (a `bool` included).
+        InvalidInputError: ``size`` is not between 1 and `MAX_PAGE_SIZE`.
+    """
+    if after is not None and not isinstance(after, str):
+        raise TypeError(f"after must be None or a str, not {_type_name(after)}")
+    if isinstance(size, bool) or not isinstance(size, int):
+        raise TypeError(f"size must be an int, not {_type_name(size)}")
+    if not 1 <= size <= MAX_PAGE_SIZE:
+        raise InvalidInputError("size", f"must be between 1 and {MAX_PAGE_SIZE}")
+    return (None if after is None else str.__str__(after)), int(size)
+
+
+@runtime_checkable
 class RestoresFacts(Protocol):
     """A store that can write facts exactly as another store held them.
 
@@ -114,8 +191,9 @@ class RestoresFacts(Protocol):
             TypeError: ``memory`` is not a `Memory`.
             InvalidContentError: The content breaks a content rule.
             InvalidInputError: The id is not restorable (see
-                `validate_restored_id`), or the store already holds a
-                different fact with that id. Nothing was stored.
+                `validate_restored_id`), ``created_at`` is naive or outside
+                `MIN_CREATED_AT` to `MAX_CREATED_AT`, or the store already
+                holds a different fact with that id. Nothing was stored.
             MemoryStoreError: The store failed (see `MemoryStore`).
         """
         ...
@@ -136,8 +214,9 @@ class RestoresFacts(Protocol):
                 `Memory` (the error names its index).
             InvalidContentError: A content breaks a content rule.
             InvalidInputError: An id is not restorable, a ``created_at`` is
-                naive, or an id is held by a different fact (in the store,
-                or earlier in ``memories``). Nothing was stored.
+                naive or out of range, or an id is held by a different fact
+                (in the store, or earlier in ``memories``). Nothing was
+                stored.
             MemoryStoreError: The store failed (see `MemoryStore`); whether
                 the facts may have been stored all the same, the error says.
         """
@@ -159,7 +238,8 @@ def validate_restored(memory: object, argument: str = "memory") -> Memory:
             or its ``created_at`` not a `datetime`.
         InvalidContentError: The content breaks a content rule.
         InvalidInputError: The id is not restorable (see
-            `validate_restored_id`), or ``created_at`` is naive.
+            `validate_restored_id`), or ``created_at`` is naive or, in UTC,
+            outside `MIN_CREATED_AT` to `MAX_CREATED_AT`.
     """
     return _restored(memory, argument)
 
@@ -188,9 +268,23 @@ def _restored(memory: object, argument: str | int) -> Memory:
         )
     if created_at.tzinfo is UTC:
         return memory
-    if created_at.utcoffset() is None:
+    offset = created_at.utcoffset()
+    if offset is None:
         raise InvalidInputError(f"{_name(argument)}.created_at", "must be timezone-aware")
+    # Near either end of the range, the same instant in UTC may fall outside
+    # what a datetime can hold: refused here, never an OverflowError later.
+    naive = created_at.replace(tzinfo=None)
+    if (offset > _ZERO and naive - datetime.min < offset) or (
+        offset < _ZERO and datetime.max - naive < -offset
+    ):
+        raise InvalidInputError(f"{_name(argument)}.created_at", _RANGE_RULE)
     return Memory(memory.id, memory.key, memory.content, created_at.astimezone(UTC))
+
+
+_ZERO: Final = timedelta(0)
+_RANGE_RULE: Final = (
+    "must be, in UTC, between 0001-01-01T00:00:00.000000Z and 9999-12-31T23:59:59.999999Z"
+)
 
 
 def _name(argument: str | int) -> str:
@@ -207,7 +301,8 @@ def validate_restored_many(memories: object) -> tuple[Memory, ...]:
         TypeError: ``memories`` is not iterable, or an item (see
             `validate_restored`) has the wrong type.
         InvalidContentError: A content breaks a content rule.
-        InvalidInputError: An id is not restorable, or a ``created_at`` is naive.
+        InvalidInputError: An id is not restorable, or a ``created_at`` is
+            naive or out of range.
     """
     try:
         items = iter(memories)  # type: ignore[call-overload]

@@ -7,7 +7,8 @@ either the precise class or the familiar one. The caller's mistakes::
      └── InvalidInputError          a value broke a rule of the port
           ├── InvalidKeyError        tenant / end_user_id
           ├── InvalidContentError    the text of a fact
-          └── InvalidLimitError      the limit of recall
+          ├── InvalidLimitError      the limit of recall
+          └── StalePageError         a page read after a fact no longer held
 
 and the store's failures, which are not the caller's fault::
 
@@ -39,6 +40,7 @@ __all__ = [
     "InvalidLimitError",
     "MemoryStoreError",
     "SchemaVersionError",
+    "StalePageError",
     "StoreClosedError",
     "StoreUnavailableError",
 ]
@@ -75,6 +77,25 @@ class InvalidContentError(InvalidInputError):
 
 class InvalidLimitError(InvalidInputError):
     """The ``limit`` of `recall` is negative."""
+
+
+class StalePageError(InvalidInputError):
+    """The ``after`` of a page read is not the id of a fact the key holds.
+
+    The fact was forgotten or erased after the previous page was read (or
+    never belonged to this key). Nothing was read: start again from
+    ``after=None``.
+    """
+
+    def __init__(
+        self,
+        argument: str = "after",
+        rule: str = (
+            "is not the id of a fact this end user holds (forgotten or erased since "
+            "it was read): read again from after=None"
+        ),
+    ) -> None:
+        super().__init__(argument, rule)
 
 
 class MemoryStoreError(Exception):
