@@ -41,6 +41,7 @@ def test_all_is_exactly_the_public_api() -> None:
             "StoreClosedError",
             "StoreUnavailableError",
             "memory_key",
+            "store_events",
             "validate_content",
             "validate_key_part",
             "validate_limit",

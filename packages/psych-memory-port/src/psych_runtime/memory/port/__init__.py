@@ -31,6 +31,7 @@ from ._errors import (
     StoreClosedError,
     StoreUnavailableError,
 )
+from ._events import store_events
 from ._key import HasTenant, MemoryKey, Scope, memory_key
 from ._memory import Memory
 from ._store import MemoryStore
@@ -70,6 +71,7 @@ __all__ = [
     "StoreClosedError",
     "StoreUnavailableError",
     "memory_key",
+    "store_events",
     "validate_content",
     "validate_key_part",
     "validate_limit",
