@@ -20,6 +20,7 @@ def test_all_is_exactly_the_public_api() -> None:
             "DEFAULT_SCHEMA",
             "DEFAULT_STATEMENT_TIMEOUT",
             "SCHEMA_VERSION",
+            "ConnectionRefusedByServerError",
             "Pool",
             "PostgresMemory",
             "PostgresMemoryError",

@@ -137,11 +137,31 @@ async def test_an_older_schema_asks_for_setup(
             await store.recall("acme", "u1")
 
 
-async def test_missing_tables_ask_for_setup(postgres_dsn: str, schema: str) -> None:
+async def test_a_missing_schema_is_named_and_never_created(
+    postgres_dsn: str, schema: str, backdoor: Backdoor
+) -> None:
+    async with PostgresMemory.connect(postgres_dsn, schema=schema) as store:
+        with pytest.raises(SchemaVersionError, match=r"does not exist") as caught:
+            await store.remember("acme", "u1", "nowhere to go")
+        assert caught.value.found is None
+        assert caught.value.schema_exists is False
+        with pytest.raises(SchemaVersionError, match=r"does not exist"):
+            await store.verify()
+    rows = await backdoor.query(
+        sql.SQL("SELECT count(*) FROM pg_namespace WHERE nspname = %s"), (schema,)
+    )
+    assert rows == [(0,)]
+
+
+async def test_missing_tables_ask_for_setup(
+    postgres_dsn: str, schema: str, backdoor: Backdoor
+) -> None:
+    await backdoor.query(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
     async with PostgresMemory.connect(postgres_dsn, schema=schema) as store:
         with pytest.raises(SchemaVersionError, match=r"has no memory tables") as caught:
             await store.remember("acme", "u1", "nowhere to go")
         assert caught.value.found is None
+        assert caught.value.schema_exists is True
 
 
 async def test_an_empty_version_table_asks_for_setup(
@@ -160,6 +180,8 @@ def test_schema_version_error_pickles_and_names_no_value() -> None:
     again = pickle.loads(pickle.dumps(error))
     assert (again.schema, again.found, again.expected) == ("psych_memory", 7, 2)
     assert str(again) == str(error)
+    missing = pickle.loads(pickle.dumps(SchemaVersionError("typo", None, 2, schema_exists=False)))
+    assert (missing.schema, missing.found, missing.schema_exists) == ("typo", None, False)
     assert isinstance(again, PostgresMemoryError)
 
 

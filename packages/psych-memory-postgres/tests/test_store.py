@@ -395,24 +395,39 @@ async def test_a_batch_with_a_taken_id_in_another_tenant_stores_nothing(
 
 @pytest.mark.parametrize("operation", ["forget", "erase"])
 @pytest.mark.parametrize(
-    "setting", [("off", "on"), ("local", "local"), ("remote_apply", "remote_apply"), ("on", "on")]
+    "setting",
+    [
+        ("off", "remote_apply"),
+        ("local", "remote_apply"),
+        ("remote_write", "remote_apply"),
+        ("on", "remote_apply"),
+        ("remote_apply", "remote_apply"),
+    ],
 )
 async def test_a_deletion_is_never_committed_asynchronously(
     store: PostgresMemory, postgres_dsn: str, schema: str, operation: str, setting: tuple[str, str]
 ) -> None:
     # With synchronous_commit = off, a server crash can lose a committed
-    # delete and bring the facts back; the deletion's statement raises it
-    # for its own transaction, and keeps every stronger setting.
+    # delete and bring the facts back; below remote_apply, a promoted or
+    # queried synchronous standby can still show them. The deletion's
+    # statement sets remote_apply for its own transaction only.
     session, at_commit = setting
     fact = await store.remember("acme", "user-1", "a fact")
-    statement = getattr(Statements.for_schema(schema), operation)
-    args = ("acme", "user-1", fact.id) if operation == "forget" else ("acme", "user-1")
+    statements = Statements.for_schema(schema)
+    if operation == "forget":
+        statement, args = statements.forget, ("acme", "user-1", fact.id)
+    else:
+        # One batch of an erase, from the first seq on.
+        lowest = -(2**63)
+        statement = statements.erase_batch
+        args = ("acme", "user-1", lowest, 1000, "acme", "user-1", lowest)
 
     def delete() -> tuple[int, str, str]:
         with psycopg.connect(postgres_dsn, autocommit=True) as conn:
             conn.execute(sql.SQL("SET synchronous_commit = {}").format(sql.Literal(session)))
             with conn.transaction():
-                deleted = conn.execute(statement, args).rowcount
+                cursor = conn.execute(statement, args)
+                deleted = cursor.rowcount if operation == "forget" else cursor.fetchall()[0][2]
                 during = conn.execute("SHOW synchronous_commit").fetchone()
             after = conn.execute("SHOW synchronous_commit").fetchone()
             assert during is not None

@@ -6,7 +6,12 @@ one from a ``postgresql://`` URL. See the documentation for setup,
 operation, failures, time bounds and the cost of each choice.
 """
 
-from ._errors import PostgresMemoryError, SchemaVersionError, StoreUnavailableError
+from ._errors import (
+    ConnectionRefusedByServerError,
+    PostgresMemoryError,
+    SchemaVersionError,
+    StoreUnavailableError,
+)
 from ._schema import DEFAULT_SCHEMA, SCHEMA_VERSION
 from ._store import (
     DEFAULT_LOCK_TIMEOUT,
@@ -24,6 +29,7 @@ __all__ = [
     "DEFAULT_SCHEMA",
     "DEFAULT_STATEMENT_TIMEOUT",
     "SCHEMA_VERSION",
+    "ConnectionRefusedByServerError",
     "Pool",
     "PostgresMemory",
     "PostgresMemoryError",

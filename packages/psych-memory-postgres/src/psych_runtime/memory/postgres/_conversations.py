@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import json
 import secrets
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
+from time import monotonic
 from typing import Any, Final
 
-from psych_runtime.memory.port import InvalidInputError, Memory, MemoryKey
+from psych_runtime.memory.port import InvalidInputError, Memory, MemoryKey, StalePageError
 
 from ._runner import Conversation
 from ._schema import Statements
@@ -25,6 +26,7 @@ __all__ = [
     "forget",
     "new_id",
     "recall",
+    "recall_page",
     "remember",
     "restore_many",
     "schema_version",
@@ -32,8 +34,18 @@ __all__ = [
 ]
 
 
-_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
-_MICROSECOND: Final = timedelta(microseconds=1)
+# An erase deletes in batches sized so that each takes about this long,
+# or an eighth of statement_timeout when that is shorter: far from the
+# bound even when the server is busy, long enough that round trips cost
+# little.
+_BATCH_SECONDS: Final = 0.1
+_BATCH_SHARE_OF_TIMEOUT: Final = 8
+_FIRST_BATCH: Final = 1_000
+_MIN_BATCH: Final = 100
+_MAX_BATCH: Final = 50_000
+
+# Below every seq: identity values are bigints.
+_BEFORE_ANY_SEQ: Final = -(2**63)
 
 
 def new_id() -> str:
@@ -90,7 +102,7 @@ def restore_many(
         inserted = {row[0] for row in rows}
         skipped = [memory for memory in pending if memory.id not in inserted]
         rows, _ = yield (sql.owners, ([memory.id for memory in skipped],))
-        held = {row[0]: (row[1], row[2], row[3], row[4]) for row in rows}
+        held = {row[0]: (row[1], row[2], row[3], utc(row[4])) for row in rows}
         for memory in skipped:
             found = held.get(memory.id)
             if found is not None and found != _fields(memory):
@@ -103,13 +115,15 @@ def restore_many(
 def _columns(memories: tuple[Memory, ...]) -> tuple[str, ...]:
     # Each column as one JSON array: the C encoder writes thousands of
     # values faster than any per-value adaptation, and the server splits
-    # them again in one pass. Times go as microseconds since the epoch.
+    # them again in one pass. Times go as ISO 8601 text in UTC with every
+    # microsecond and an explicit offset (``created_at`` is in UTC already,
+    # see `validate_restored`), which the server reads exactly.
     return (
         json.dumps([memory.id for memory in memories]),
         json.dumps([memory.key.tenant for memory in memories], ensure_ascii=False),
         json.dumps([memory.key.end_user_id for memory in memories], ensure_ascii=False),
         json.dumps([memory.content for memory in memories], ensure_ascii=False),
-        json.dumps([(memory.created_at - _EPOCH) // _MICROSECOND for memory in memories]),
+        json.dumps([memory.created_at.isoformat(timespec="microseconds") for memory in memories]),
     )
 
 
@@ -134,10 +148,59 @@ def recall(sql: Statements, key: MemoryKey, limit: int | None) -> Conversation[t
     return tuple([Memory(row[0], key, row[1], utc(row[2])) for row in rows])
 
 
-def erase(sql: Statements, key: MemoryKey) -> Conversation[int]:
-    """Delete every fact of the key."""
-    _, deleted = yield (sql.erase, (key.tenant, key.end_user_id))
-    return deleted
+def recall_page(
+    sql: Statements, key: MemoryKey, after: str | None, size: int
+) -> Conversation[tuple[Memory, ...]]:
+    """Read up to ``size`` facts of the key after the fact ``after``, oldest first.
+
+    Raises:
+        StalePageError: The key holds no fact ``after``.
+    """
+    if after is None:
+        return (yield from recall(sql, key, size))
+    rows, _ = yield (
+        sql.page,
+        (key.tenant, key.end_user_id, after, key.tenant, key.end_user_id, size),
+    )
+    if rows[0][0] is None:
+        raise StalePageError
+    return tuple([Memory(row[1], key, row[2], utc(row[3])) for row in rows if row[1] is not None])
+
+
+def erase(sql: Statements, key: MemoryKey, statement_timeout: float | None) -> Conversation[int]:
+    """Delete every fact of the key, batch after batch; run in one transaction.
+
+    Each batch is one short statement, so none meets ``statement_timeout``
+    however many facts the key holds, and the transaction makes them one
+    change: other connections see every fact until it commits, then none.
+    The size of the next batch follows the time the last one took.
+    """
+    target = _BATCH_SECONDS
+    if statement_timeout is not None:
+        target = min(target, statement_timeout / _BATCH_SHARE_OF_TIMEOUT)
+    size = _FIRST_BATCH
+    after = _BEFORE_ANY_SEQ
+    total = 0
+    while True:
+        started = monotonic()
+        rows, _ = yield (
+            sql.erase_batch,
+            (key.tenant, key.end_user_id, after, size, key.tenant, key.end_user_id, after),
+        )
+        upper, found, deleted = rows[0]
+        total += int(deleted)
+        if found < size:
+            return total
+        after = upper
+        size = _next_batch(size, monotonic() - started, target)
+
+
+def _next_batch(size: int, took: float, target: float) -> int:
+    # Scaled towards the target, by at most a factor of two either way, so
+    # one slow or fast batch (a lock wait, a cached page) does not swing it.
+    scaled = size * target / max(took, 1e-6)
+    bounded = min(max(scaled, size / 2), size * 2)
+    return int(min(max(bounded, _MIN_BATCH), _MAX_BATCH))
 
 
 def tenants(sql: Statements) -> Conversation[tuple[str, ...]]:
@@ -158,22 +221,22 @@ def fact_counts(sql: Statements, tenant: str) -> Conversation[dict[str, int]]:
     return {end_user: int(count) for end_user, count in rows}
 
 
-def schema_version(sql: Statements) -> Conversation[int | None]:
-    """The version the schema records, ``None`` without tables; changes nothing.
+def schema_version(sql: Statements) -> Conversation[tuple[bool, int | None]]:
+    """Whether the PostgreSQL schema exists, and the version it records; changes nothing.
 
-    Reads the catalog first, so a missing table is an answer rather than an
-    error (which would abort an application's open transaction).
+    The version is ``None`` without tables. Reads the catalog first, so a
+    missing table is an answer rather than an error (which would abort an
+    application's open transaction).
     """
-    rows, _ = yield (sql.has_versions, (sql.versions_table,))
-    if not rows[0][0]:
-        return None
+    rows, _ = yield (sql.has_versions, (sql.versions_table, sql.schema))
+    has_versions, exists = rows[0]
+    if not has_versions:
+        return bool(exists), None
     rows, _ = yield (sql.version, ())
-    return int(rows[0][0]) if rows else None
+    return True, (int(rows[0][0]) if rows else None)
 
 
 def utc(moment: Any) -> datetime:
-    """A timestamp read from the server, in UTC."""
-    # psycopg reads timestamps in the session's time zone; in a UTC session
-    # they already carry datetime.UTC and need no conversion.
+    """A time read from the server as ``created_at AT TIME ZONE 'UTC'``, in UTC."""
     stamp: datetime = moment
-    return stamp if stamp.tzinfo is UTC else stamp.astimezone(UTC)
+    return stamp.replace(tzinfo=UTC)

@@ -6,14 +6,18 @@
      ├── PostgresMemoryError            anything this adapter raises of its own
      │    ├── SchemaVersionError        also the port's SchemaVersionError
      │    └── StoreUnavailableError     also the port's StoreUnavailableError
+     │         └── ConnectionRefusedByServerError
      └── StoreClosedError (port)        raised as it is
 
 Code written against the port catches these as the port's classes; code
 that knows this adapter may catch the subclasses. Invalid input still raises
 the port's errors (`TypeError` and the ``InvalidInputError`` family) before
 the adapter talks to the server. No message here repeats a key, the content
-of a fact, a password or the server's own text (which can quote values): the
-psycopg error is kept as ``__cause__`` for whoever needs it.
+of a fact, a password or the server's own text about a statement (which can
+quote values): the psycopg error is kept as ``__cause__`` for whoever needs
+it. The one exception is `ConnectionRefusedByServerError`, which says why the
+server refused a new connection (no fact is involved), with any password
+hidden.
 """
 
 from __future__ import annotations
@@ -22,7 +26,12 @@ from typing import Any
 
 from psych_runtime.memory import port
 
-__all__ = ["PostgresMemoryError", "SchemaVersionError", "StoreUnavailableError"]
+__all__ = [
+    "ConnectionRefusedByServerError",
+    "PostgresMemoryError",
+    "SchemaVersionError",
+    "StoreUnavailableError",
+]
 
 
 class PostgresMemoryError(port.MemoryStoreError):
@@ -42,13 +51,20 @@ class SchemaVersionError(port.SchemaVersionError, PostgresMemoryError):
         where: ``"PostgreSQL schema '<schema>'"``, as the port names places.
         found: The version recorded in the database, ``None`` if there is none.
         expected: The version this code reads and writes.
+        schema_exists: ``False`` when the PostgreSQL schema itself does not
+            exist (often a mistyped name); then ``found`` is ``None``.
     """
 
     schema: str
+    schema_exists: bool
 
-    def __init__(self, schema: str, found: int | None, expected: int) -> None:
+    def __init__(
+        self, schema: str, found: int | None, expected: int, schema_exists: bool = True
+    ) -> None:
         super().__init__(f"PostgreSQL schema {schema!r}", found, expected)
-        if found is None:
+        if not schema_exists:
+            advice = "does not exist: check its name, or call setup() to create it"
+        elif found is None:
             advice = "has no memory tables: call setup() first"
         elif found > expected:
             advice = (
@@ -60,9 +76,10 @@ class SchemaVersionError(port.SchemaVersionError, PostgresMemoryError):
         # The port's message is generic; this one says which call fixes it.
         self.args = (f"{self.where} {advice}",)
         self.schema = schema
+        self.schema_exists = schema_exists
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.schema, self.found, self.expected))
+        return (type(self), (self.schema, self.found, self.expected, self.schema_exists))
 
 
 class StoreUnavailableError(port.StoreUnavailableError, PostgresMemoryError):
@@ -80,3 +97,31 @@ class StoreUnavailableError(port.StoreUnavailableError, PostgresMemoryError):
         reason: What went wrong, in words, without any value.
         may_have_taken_effect: Whether the call may have changed the store.
     """
+
+
+class ConnectionRefusedByServerError(StoreUnavailableError):
+    """The server answered a new connection with a refusal, when the store opened.
+
+    A wrong password, a role or database that does not exist, a bad option
+    or too many connections: waiting for the pool would not change the
+    answer, so opening fails at once. The message carries the server's own
+    words (libpq's), with any password of the connection string hidden.
+    Nothing was changed.
+
+    Attributes:
+        server_message: What the server (or libpq) said, on one line, with
+            the password hidden.
+    """
+
+    server_message: str
+
+    def __init__(self, operation: str, server_message: str) -> None:
+        super().__init__(
+            operation,
+            f"the PostgreSQL server refused the connection: {server_message}",
+            may_have_taken_effect=False,
+        )
+        self.server_message = server_message
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.operation, self.server_message))

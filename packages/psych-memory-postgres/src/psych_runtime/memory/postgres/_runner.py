@@ -14,8 +14,10 @@ Rules kept here, for every call:
   ``lock_timeout`` before its first statement, so no call waits unbounded.
 - A call whose connection broke is replayed on a fresh connection only when
   replaying cannot change its answer: it was never sent, or it is idempotent
-  (reads, and inserts of an id chosen before the first attempt). Otherwise
-  the outcome is unknown and the caller is told so.
+  (reads, and inserts of an id chosen before the first attempt), or it runs
+  in a transaction whose ``COMMIT`` was not yet sent (the server rolls such
+  a transaction back when its connection goes). Otherwise the outcome is
+  unknown and the caller is told so.
 - Cancellation: once a statement was sent, the call runs to its end (it is
   bounded by the timeouts) before the cancellation reaches the caller, so
   its effect is decided (done or not) when the caller's cancel scope exits.
@@ -50,7 +52,8 @@ import anyio
 import anyio.to_thread
 import psycopg
 from psycopg import AsyncConnection, AsyncCursor, Connection, sql
-from psycopg.pq import ConnStatus
+from psycopg.errors import ReadOnlySqlTransaction
+from psycopg.pq import ConnStatus, TransactionStatus
 from psycopg.pq.abc import PGconn
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolClosed
 
@@ -94,7 +97,9 @@ class Call(Generic[_T]):
         conversation: Makes a fresh conversation for each attempt.
         replayable: Replaying it after a broken connection cannot change
             its answer.
-        transaction: Run every statement in one transaction (setup).
+        transaction: Run every statement in one transaction (setup, restores,
+            erase). Until its ``COMMIT`` is sent, a broken connection leaves
+            no trace of it, so it is replayed like a call never sent.
         changes: It may change the database. A call that only reads has no
             effect to decide, so a cancellation may interrupt it anywhere.
         sent: A statement of this call reached a connection (in any attempt).
@@ -245,10 +250,13 @@ class Runner:
                         bounded = self._bounds is None or conn in self._prepared
                         if not bounded:
                             await conn.execute(_SESSION_BOUNDS, self._bounds)
-                        call.sent = sent = True
+                        call.sent = True
+                        sent = not call.transaction
                         if call.transaction:
-                            async with conn.transaction(), conn.cursor() as cursor:
-                                result = await _converse_async(cursor, call.conversation())
+                            async with conn.transaction():
+                                async with conn.cursor() as cursor:
+                                    result = await _converse_async(cursor, call.conversation())
+                                sent = True
                         else:
                             async with conn.cursor() as cursor:
                                 result = await _converse_async(cursor, call.conversation())
@@ -257,10 +265,10 @@ class Runner:
                         return result
             except psycopg.Error as exc:
                 broken = used is not None and used.broken
-                if not (broken and (call.replayable or not sent) and attempt < _ATTEMPTS):
+                if not (_replay(call, exc, broken=broken, sent=sent) and attempt < _ATTEMPTS):
                     failure = self._failure(call, exc, broken=broken, sent=sent)
                     raise failure from exc
-                if sent:
+                if sent and broken:
                     call.uncertain = True
         raise AssertionError("unreachable: the last attempt raises")  # pragma: no cover
 
@@ -281,10 +289,12 @@ class Runner:
                         bounded = self._bounds is None or conn in self._prepared
                         if not bounded:
                             conn.execute(_SESSION_BOUNDS, self._bounds)
-                        call.sent = sent = True
+                        call.sent = True
+                        sent = not call.transaction
                         if call.transaction:
                             with conn.transaction():
                                 result = _converse_sync(conn, call.conversation())
+                                sent = True
                         else:
                             result = _converse_sync(conn, call.conversation())
                         if not bounded:
@@ -292,10 +302,10 @@ class Runner:
                         return result
             except psycopg.Error as exc:
                 broken = used is not None and used.broken
-                if not (broken and (call.replayable or not sent) and attempt < _ATTEMPTS):
+                if not (_replay(call, exc, broken=broken, sent=sent) and attempt < _ATTEMPTS):
                     failure = self._failure(call, exc, broken=broken, sent=sent)
                     raise failure from exc
-                if sent:
+                if sent and broken:
                     call.uncertain = True
         raise AssertionError("unreachable: the last attempt raises")  # pragma: no cover
 
@@ -454,10 +464,30 @@ def _settings(pool: Pool) -> tuple[str, dict[str, Any]] | None:
     return None
 
 
+def _replay(call: Call[Any], exc: psycopg.Error, *, broken: bool, sent: bool) -> bool:
+    # Whether another attempt cannot change the call's answer. A server that
+    # refuses to write (a standby, or a primary fenced or being demoted)
+    # changed nothing: a call in a transaction is rolled back whole, and a
+    # call outside one writes only with its first statement. Unless an
+    # earlier attempt broke after sending, the call is replayed, on a fresh
+    # connection, which the URL's target_session_attrs can send elsewhere.
+    if broken:
+        return call.replayable or not sent
+    return isinstance(exc, ReadOnlySqlTransaction) and not call.uncertain
+
+
 async def _converse_async(cursor: AsyncCursor[Any], conversation: Conversation[_T]) -> _T:
     statement = next(conversation)
     while True:
-        await cursor.execute(statement[0], statement[1])
+        try:
+            await cursor.execute(statement[0], statement[1])
+        except ReadOnlySqlTransaction:
+            if cursor.connection.info.transaction_status == TransactionStatus.IDLE:
+                # It would refuse every later write too: closed, so the pool
+                # drops it. Inside a transaction it stays open for the
+                # rollback; a later call outside one closes it.
+                await cursor.connection.close()
+            raise
         rows = await cursor.fetchall() if cursor.description is not None else []
         try:
             statement = conversation.send((rows, cursor.rowcount))
@@ -470,7 +500,12 @@ def _converse_sync(conn: Connection[Any], conversation: Conversation[_T]) -> _T:
     with conn.cursor() as cursor:
         statement = next(conversation)
         while True:
-            cursor.execute(statement[0], statement[1])
+            try:
+                cursor.execute(statement[0], statement[1])
+            except ReadOnlySqlTransaction:
+                if conn.info.transaction_status == TransactionStatus.IDLE:
+                    conn.close()
+                raise
             rows = cursor.fetchall() if cursor.description is not None else []
             try:
                 statement = conversation.send((rows, cursor.rowcount))

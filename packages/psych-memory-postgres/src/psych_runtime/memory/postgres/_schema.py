@@ -127,15 +127,18 @@ MIGRATIONS: Final[tuple[tuple[sql.SQL, ...], ...]] = (
 )
 
 
-# Appended to a deletion: with ``synchronous_commit = off`` (a common
-# tuning), a committed delete can be lost in a server crash, and the facts
-# would come back. The deletion's own transaction then commits with "on";
-# every other setting (``local``, ``remote_apply``, ...) already waits for
-# the local flush and is kept. The condition is evaluated once, before the
-# scan, whether or not a row matches.
+# Appended to a deletion: its own transaction commits with
+# ``synchronous_commit = remote_apply``, whatever the server's setting.
+# With ``off`` (a common tuning) a committed delete could be lost in a
+# server crash, and the facts would come back; with ``local``, ``on`` or
+# ``remote_write``, a synchronous standby promoted after the primary failed,
+# or read meanwhile, could still show the facts. ``remote_apply`` returns
+# only once the local WAL is flushed and every synchronous standby (if
+# ``synchronous_standby_names`` names any) has applied the delete; without
+# such a standby it waits for the local flush alone. The condition is
+# evaluated once, before the scan, whether or not a row matches.
 _SYNCED: Final = (
-    " AND (SELECT CASE current_setting('synchronous_commit')"
-    " WHEN 'off' THEN set_config('synchronous_commit', 'on', true) ELSE '' END) IS NOT NULL"
+    " AND (SELECT set_config('synchronous_commit', 'remote_apply', true)) IS NOT NULL"
 )
 
 
@@ -143,9 +146,14 @@ _SYNCED: Final = (
 class Statements:
     """The statements of one store, rendered once for its schema.
 
-    Each port operation is exactly one of these statements, run on its own:
-    PostgreSQL applies a single statement atomically, so no partial state is
-    ever visible to another connection.
+    Each port operation but ``erase`` is one of these statements, run on its
+    own: PostgreSQL applies a single statement atomically, so no partial
+    state is ever visible to another connection. ``erase`` runs
+    ``erase_batch`` as often as the key needs, inside one transaction.
+
+    Every time is read as ``created_at AT TIME ZONE 'UTC'``, a time without
+    zone in UTC: the session's ``TimeZone`` can neither shift it nor push it
+    past year 9999 on the way to the client.
     """
 
     remember: bytes
@@ -154,11 +162,13 @@ class Statements:
     owners: bytes
     forget: bytes
     recall: bytes
-    erase: bytes
+    page: bytes
+    erase_batch: bytes
     tenants: bytes
     end_users: bytes
     fact_counts: bytes
     has_versions: bytes
+    schema: str
     versions_table: str
     version: bytes
 
@@ -180,29 +190,31 @@ class Statements:
             remember=render(
                 "INSERT INTO {memories} (id, tenant, end_user_id, content)"
                 " VALUES (%s, %s, %s, %s)"
-                " ON CONFLICT (tenant, id) DO NOTHING RETURNING created_at"
+                " ON CONFLICT (tenant, id) DO NOTHING RETURNING created_at AT TIME ZONE 'UTC'"
             ),
             # Each column comes as a JSON array (see the conversation);
-            # ROWS FROM zips them. Ids held anywhere are skipped here and
+            # ROWS FROM zips them. Times come as ISO 8601 text with an
+            # explicit UTC offset, which PostgreSQL reads exactly whatever
+            # the session's TimeZone and DateStyle. Ids held anywhere are skipped here and
             # judged by the caller. Rows come out of the sort in the given
             # order, so the identity column numbers them in that order.
             restore_many=render(
                 "INSERT INTO {memories} (id, tenant, end_user_id, content, created_at)"
                 " SELECT given.id, given.tenant, given.end_user_id, given.content,"
-                " 'epoch'::timestamptz + given.micros::bigint * interval '1 microsecond'"
+                " given.created_at::timestamptz"
                 " FROM ROWS FROM (json_array_elements_text(%s::json),"
                 " json_array_elements_text(%s::json), json_array_elements_text(%s::json),"
                 " json_array_elements_text(%s::json), json_array_elements_text(%s::json))"
-                " WITH ORDINALITY AS given (id, tenant, end_user_id, content, micros, n)"
+                " WITH ORDINALITY AS given (id, tenant, end_user_id, content, created_at, n)"
                 " WHERE NOT EXISTS (SELECT FROM {memories} AS held WHERE held.id = given.id)"
                 " ORDER BY given.n ON CONFLICT (tenant, id) DO NOTHING RETURNING id"
             ),
             owners=render(
-                "SELECT id, tenant, end_user_id, content, created_at FROM {memories}"
-                " WHERE id = ANY(%b::text[])"
+                "SELECT id, tenant, end_user_id, content, created_at AT TIME ZONE 'UTC'"
+                " FROM {memories} WHERE id = ANY(%b::text[])"
             ),
             fact=render(
-                "SELECT end_user_id, content, created_at FROM {memories}"
+                "SELECT end_user_id, content, created_at AT TIME ZONE 'UTC' FROM {memories}"
                 " WHERE tenant = %s AND id = %s"
             ),
             # The key is part of the condition, so an id of another end user
@@ -211,10 +223,34 @@ class Statements:
                 "DELETE FROM {memories} WHERE tenant = %s AND end_user_id = %s AND id = %s{synced}"
             ),
             recall=render(
-                "SELECT id, content, created_at FROM {memories}"
+                "SELECT id, content, created_at AT TIME ZONE 'UTC' FROM {memories}"
                 " WHERE tenant = %s AND end_user_id = %s ORDER BY seq LIMIT %s::bigint"
             ),
-            erase=render("DELETE FROM {memories} WHERE tenant = %s AND end_user_id = %s{synced}"),
+            # The fact named ``after`` is looked up within the key: one row
+            # with a NULL anchor says the key does not hold it; a row with
+            # NULL page columns, that the page is empty.
+            page=render(
+                "SELECT anchor.seq, page.id, page.content, page.created_at AT TIME ZONE 'UTC'"
+                " FROM (SELECT (SELECT seq FROM {memories}"
+                " WHERE tenant = %s AND end_user_id = %s AND id = %s) AS seq) AS anchor"
+                " LEFT JOIN LATERAL (SELECT id, content, created_at, seq FROM {memories}"
+                " WHERE tenant = %s AND end_user_id = %s AND seq > anchor.seq"
+                " ORDER BY seq LIMIT %s::bigint) AS page ON true ORDER BY page.seq"
+            ),
+            # One batch of an erase: the next rows of the key after the seq
+            # ``after`` (so the index scan starts past the rows earlier
+            # batches of the same transaction deleted, never walking them
+            # again), at most ``size`` of them. Answers the last seq the
+            # batch reached, how many rows it found and how many it deleted.
+            erase_batch=render(
+                "WITH bound AS (SELECT max(seq) AS upper, count(*) AS found FROM"
+                " (SELECT seq FROM {memories} WHERE tenant = %s AND end_user_id = %s"
+                " AND seq > %s ORDER BY seq LIMIT %s::bigint) AS batch),"
+                " gone AS (DELETE FROM {memories} WHERE tenant = %s AND end_user_id = %s"
+                " AND seq > %s AND seq <= (SELECT upper FROM bound){synced} RETURNING 1)"
+                " SELECT (SELECT upper FROM bound), (SELECT found FROM bound),"
+                " (SELECT count(*) FROM gone)"
+            ),
             # The "C" collation sorts UTF-8 bytes, which is code point order.
             tenants=render("SELECT DISTINCT tenant FROM {memories} ORDER BY tenant"),
             end_users=render(
@@ -224,7 +260,11 @@ class Statements:
                 "SELECT end_user_id, count(*) FROM {memories} WHERE tenant = %s"
                 " GROUP BY end_user_id ORDER BY end_user_id"
             ),
-            has_versions=b"SELECT to_regclass(%s) IS NOT NULL",
+            has_versions=(
+                b"SELECT to_regclass(%s) IS NOT NULL,"
+                b" EXISTS (SELECT FROM pg_catalog.pg_namespace WHERE nspname = %s)"
+            ),
+            schema=schema,
             versions_table=names["versions"].as_string(None),
             version=render("SELECT version FROM {versions}"),
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import AsyncIterator, Coroutine, Iterable
 from contextlib import asynccontextmanager
 from functools import partial
@@ -10,6 +11,7 @@ from typing import Any, Final, Self, TypeVar
 import anyio.to_thread
 import psycopg
 from psycopg import AsyncConnection, Connection
+from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from psych_runtime.memory.port import (
@@ -17,19 +19,22 @@ from psych_runtime.memory.port import (
     Memory,
     MemoryStore,
     Scope,
+    StalePageError,
     StoreClosedError,
     memory_key,
     validate_content,
     validate_key_part,
     validate_limit,
     validate_memory_id,
+    validate_page,
     validate_restored,
     validate_restored_id,
     validate_restored_many,
 )
 
 from . import _conversations as talk
-from ._errors import SchemaVersionError, StoreUnavailableError
+from ._durability import DeletionDurability, deletion_durability
+from ._errors import ConnectionRefusedByServerError, SchemaVersionError, StoreUnavailableError
 from ._runner import Call, Conversation, LazyPool, Pool, Runner, running_loop
 from ._schema import (
     DEFAULT_SCHEMA,
@@ -63,6 +68,16 @@ _MAX_LIMIT: Final = 2**63 - 1
 
 _MISSING: Final = object()
 
+# Words of libpq or the server for a refusal that may pass by itself: the
+# pool keeps trying these until its timeout, as for a server not reachable.
+_PASSING_REFUSALS: Final = (
+    "starting up",
+    "shutting down",
+    "recovery",
+    "too many",
+    "connection slots",
+)
+
 
 class PostgresMemory(MemoryStore):
     """Facts about end users in a PostgreSQL table, shared by every machine.
@@ -75,11 +90,17 @@ class PostgresMemory(MemoryStore):
 
     Each operation is one SQL statement (``remember`` adds a second one only
     when it replays), so it is atomic and no other connection ever sees part
-    of it. Order comes from an insertion sequence, ids are 128 random bits
-    chosen before the insert, and ``forget`` and ``erase`` are plain
-    ``DELETE`` statements whose condition includes the key. The first
-    operation of a store checks that the schema is at the version this code
-    knows.
+    of it; ``erase`` is a series of short ``DELETE`` statements in one
+    transaction, which is just as atomic and never meets
+    ``statement_timeout`` however many facts the end user holds. Order comes
+    from an insertion sequence, ids are 128 random bits chosen before the
+    insert, and ``forget`` and ``erase`` delete with a condition that
+    includes the key. The first operation of a store checks that the schema
+    is at the version this code knows; nothing but `setup` ever creates or
+    changes the schema or its tables.
+
+    Beyond the port it provides ``ListsEndUsers``, ``CountsFacts``,
+    ``RestoresFacts`` and ``PagesFacts``.
 
     Failures are the port's: `StoreUnavailableError` (with a truthful
     ``may_have_taken_effect``), `SchemaVersionError`, ``StoreClosedError``,
@@ -95,8 +116,10 @@ class PostgresMemory(MemoryStore):
     Connection faults: a connection the server closed while idle in the pool
     is replaced before use. A call whose connection breaks in flight is
     replayed on a fresh connection when the replay cannot change its answer
-    (``remember``, ``recall``, the capabilities); ``forget`` and ``erase``
-    then raise `StoreUnavailableError` with ``may_have_taken_effect=True``.
+    (``remember``, ``recall``, the capabilities, and ``erase`` until its
+    ``COMMIT`` was sent); ``forget``, and ``erase`` broken during its
+    ``COMMIT``, then raise `StoreUnavailableError` with
+    ``may_have_taken_effect=True``.
 
     Cancellation: a call that was cancelled after its statement was sent
     finishes that statement first (bounded by the timeouts), so its effect
@@ -137,7 +160,7 @@ class PostgresMemory(MemoryStore):
             not positive.
     """
 
-    __slots__ = ("_closed", "_pool", "_runner", "_schema", "_sql")
+    __slots__ = ("_closed", "_pool", "_runner", "_schema", "_sql", "_statement_timeout")
 
     def __init__(
         self,
@@ -155,10 +178,11 @@ class PostgresMemory(MemoryStore):
         self._schema = validate_schema_name(schema)
         self._pool: Pool = pool
         self._sql = Statements.for_schema(self._schema)
+        self._statement_timeout = _seconds(statement_timeout, "statement_timeout")
         self._runner = Runner(
             pool,
             schema=self._schema,
-            statement_timeout=_seconds(statement_timeout, "statement_timeout"),
+            statement_timeout=self._statement_timeout,
             lock_timeout=_seconds(lock_timeout, "lock_timeout"),
         )
         self._closed = False
@@ -179,7 +203,10 @@ class PostgresMemory(MemoryStore):
         """Open a store with a pool of its own; close both on exit.
 
         Its connections are in autocommit mode with the session time zone set
-        to UTC. Opened on asyncio, the pool is psycopg's asynchronous pool,
+        to UTC. One connection is tried first: when the server refuses it (a
+        wrong password, a role or database that does not exist, a bad
+        option), opening fails at once with the server's words rather than
+        after ``pool_timeout``. Opening creates nothing: `setup` does. Opened on asyncio, the pool is psycopg's asynchronous pool,
         used with no thread hop on the loop that opened it; calls from any
         other event loop (trio, or a thread running a loop of its own) run
         on a synchronous pool of the same settings in worker threads, opened
@@ -206,8 +233,10 @@ class PostgresMemory(MemoryStore):
 
         Raises:
             TypeError: ``schema`` is not a `str`.
-            ValueError: ``schema`` is not a usable schema name, or a bound
-                is not positive.
+            ValueError: ``schema`` is not a usable schema name, a bound is
+                not positive, or ``conninfo`` is not one libpq accepts.
+            ConnectionRefusedByServerError: The server refused the first
+                connection; the message says why, without the password.
             StoreUnavailableError: No connection could be opened in time.
         """
         schema = validate_schema_name(schema)
@@ -227,7 +256,7 @@ class PostgresMemory(MemoryStore):
                 schema=schema,
                 **bounds,
             )
-            async with _opened(threaded, pool_timeout):
+            async with _opened(threaded, conninfo, pool_timeout):
                 yield threaded
             return
         # On asyncio: psycopg's asynchronous pool, no thread hop. Calls from
@@ -243,7 +272,7 @@ class PostgresMemory(MemoryStore):
         )
         store._runner.belong_to(home, fallback)
         try:
-            async with _opened(store, pool_timeout):
+            async with _opened(store, conninfo, pool_timeout):
                 yield store
         finally:
             await anyio.to_thread.run_sync(fallback.close)
@@ -307,7 +336,7 @@ class PostgresMemory(MemoryStore):
             StoreClosedError: The store was closed.
         """
         self._check_open("setup")
-        found = await self._runner.run(
+        _, found = await self._runner.run(
             Call("setup", partial(talk.schema_version, self._sql), replayable=True, changes=False)
         )
         if found is None or found < SCHEMA_VERSION:
@@ -326,10 +355,14 @@ class PostgresMemory(MemoryStore):
     async def verify(self) -> None:
         """Check that the schema is at this code's version, writing nothing.
 
-        For deployments where only a DBA may change the schema.
+        For deployments where only a DBA may change the schema, and for
+        tools that only read or delete: unlike `setup`, it never creates
+        anything, so a mistyped schema name is reported, not created.
 
         Raises:
-            SchemaVersionError: The tables are missing, older or newer.
+            SchemaVersionError: The tables are missing (``found`` is
+                ``None``; ``schema_exists`` says whether the PostgreSQL
+                schema itself exists), older or newer.
             StoreUnavailableError: The server could not be asked.
             StoreClosedError: The store was closed.
         """
@@ -413,21 +446,105 @@ class PostgresMemory(MemoryStore):
             "recall", partial(talk.recall, self._sql, key, bounded), replayable=True, changes=False
         )
 
+    async def recall_page(
+        self, scope: Scope, end_user_id: str, *, after: str | None = None, size: int
+    ) -> tuple[Memory, ...]:
+        """Up to ``size`` facts of the key after the fact ``after``, with one short query.
+
+        See `PagesFacts.recall_page`. The query walks the key's index from
+        the sequence number of ``after`` (looked up within the key), so each
+        page costs the same wherever it starts. Replayed on a fresh
+        connection if the connection breaks.
+
+        Raises:
+            TypeError: An argument has the wrong type.
+            InvalidKeyError: The tenant or end-user id breaks a key rule.
+            InvalidInputError: ``size`` is not between 1 and ``MAX_PAGE_SIZE``.
+            StalePageError: The key holds no fact ``after``.
+            SchemaVersionError: The schema is missing, older or newer.
+            StoreUnavailableError: The server could not complete the call.
+            PostgresMemoryError: A stored time lies outside the years 1 to
+                9999 (a row this adapter did not write).
+            StoreClosedError: The store was closed.
+        """
+        key = memory_key(scope, end_user_id)
+        after, size = validate_page(after, size)
+        if after is not None:
+            try:
+                validate_restored_id(after)
+            except InvalidInputError:
+                # Not a shape any fact of this store can have, so no row has it.
+                self._check_open("recall_page")
+                raise StalePageError from None
+        return await self._run(
+            "recall_page",
+            partial(talk.recall_page, self._sql, key, after, size),
+            replayable=True,
+            changes=False,
+        )
+
     async def erase(self, scope: Scope, end_user_id: str) -> int:
-        """Delete every fact of the key with one ``DELETE``; see `MemoryStore.erase`.
+        """Delete every fact of the key, in one transaction; see `MemoryStore.erase`.
+
+        The facts go in batches of short ``DELETE`` statements, each sized to
+        stay far below ``statement_timeout`` (an eighth of it, at most 0.1
+        s), so an end user of any size is erased in one call. Until the
+        transaction commits, other connections still read every fact (and
+        ``forget`` of one of them waits for the row lock, at most
+        ``lock_timeout``); then none. ``remember`` into the same key is not
+        held up, and its fact is erased too if it committed before the last
+        batch read the key. If the connection breaks before ``COMMIT`` is
+        sent, the server rolls the transaction back and the erase is
+        replayed on a fresh connection; a failure it reports leaves every
+        fact in place.
 
         Raises:
             TypeError: An argument has the wrong type.
             InvalidKeyError: The tenant or end-user id breaks a key rule.
             SchemaVersionError: The schema is missing, older or newer than
                 this code.
-            StoreUnavailableError: The server could not complete the call.
-                Never replayed: when the connection broke after the
-                ``DELETE`` was sent, ``may_have_taken_effect`` is ``True``.
+            StoreUnavailableError: The server could not complete the call;
+                nothing was deleted, unless the connection broke while the
+                ``COMMIT`` was on its way (``may_have_taken_effect`` is then
+                ``True``; a retry deletes whatever is left).
             StoreClosedError: The store was closed.
         """
         key = memory_key(scope, end_user_id)
-        return await self._run("erase", partial(talk.erase, self._sql, key), replayable=False)
+        return await self._run(
+            "erase",
+            partial(talk.erase, self._sql, key, self._statement_timeout),
+            replayable=False,
+            transaction=True,
+        )
+
+    async def deletion_durability(self) -> DeletionDurability:
+        """Where an acknowledged ``forget`` or ``erase`` is durable, read from the server now.
+
+        Deletions commit with ``synchronous_commit = remote_apply``, so the
+        answer follows from the server's ``synchronous_standby_names`` and
+        the standbys streaming from it (``pg_stat_replication``):
+
+        - ``"synchronous_standbys"``: standbys are named synchronous; a
+          deletion returns only once every standby the setting requires has
+          applied it, so it survives that standby's promotion and no query
+          there sees the facts.
+        - ``"primary_only"``: standbys stream asynchronously; the deletion
+          is durable on the primary, and a failover before a standby
+          replayed it brings the facts back.
+        - ``"no_replication"``: no standby streams from the server; the
+          deletion is durable on it alone.
+
+        For an operator's receipt, asked right after the deletion. Needs no
+        tables and no privilege; changes nothing.
+
+        Raises:
+            StoreUnavailableError: The server could not be asked.
+            StoreClosedError: The store was closed.
+        """
+        self._check_open("deletion_durability")
+        return await self._runner.run(
+            Call("deletion_durability", deletion_durability, replayable=True, changes=False)
+        )
 
     async def tenants(self) -> tuple[str, ...]:
         """Every tenant with at least one fact, sorted by code point.
@@ -566,7 +683,7 @@ class PostgresMemory(MemoryStore):
     async def _verify(self, operation: str) -> None:
         # Code older than the database must fail clearly rather than misread
         # or damage a layout it does not know.
-        found = await self._runner.run(
+        exists, found = await self._runner.run(
             Call(
                 operation,
                 partial(talk.schema_version, self._sql),
@@ -575,7 +692,7 @@ class PostgresMemory(MemoryStore):
             )
         )
         if found != SCHEMA_VERSION:
-            raise SchemaVersionError(self._schema, found, SCHEMA_VERSION)
+            raise SchemaVersionError(self._schema, found, SCHEMA_VERSION, schema_exists=exists)
         self._runner.verified = True
 
 
@@ -614,21 +731,23 @@ async def _session_in_utc_async(conn: AsyncConnection[Any]) -> None:
 
 
 @asynccontextmanager
-async def _opened(store: PostgresMemory, wait: float) -> AsyncIterator[None]:
+async def _opened(store: PostgresMemory, conninfo: str, wait: float) -> AsyncIterator[None]:
     # Opens the store's own pool, waiting for its first connection; closes
     # the store, then the pool, on exit.
     pool = store.pool
     try:
+        said = await _first_connection(conninfo, wait)
         try:
             if isinstance(pool, AsyncConnectionPool):
                 await pool.open(wait=True, timeout=wait)
             else:
                 await anyio.to_thread.run_sync(partial(pool.open, wait=True, timeout=wait))
         except psycopg.Error as exc:
+            last = "" if said is None else f"; the first attempt said: {said}"
             raise StoreUnavailableError(
                 "connect",
                 "no connection to the PostgreSQL server could be opened in time "
-                f"({type(exc).__name__})",
+                f"({type(exc).__name__}){last}",
                 may_have_taken_effect=False,
             ) from exc
         async with store:
@@ -638,3 +757,41 @@ async def _opened(store: PostgresMemory, wait: float) -> AsyncIterator[None]:
             await pool.close()
         else:
             await anyio.to_thread.run_sync(pool.close)
+
+
+async def _first_connection(conninfo: str, wait: float) -> str | None:
+    # One connection opened and closed before the pool opens: the pool
+    # retries a refused connection until its timeout and then says only
+    # that it timed out, while the server told at once why. A refusal that
+    # will not pass by itself is raised here; any other failure is returned,
+    # in words, for the pool's timeout to report.
+    try:
+        settings = conninfo_to_dict(conninfo)
+    except psycopg.Error:
+        # libpq's message may quote the string, password included.
+        raise ValueError("conninfo is not a connection string libpq accepts") from None
+    bound = {} if "connect_timeout" in settings else {"connect_timeout": max(2, math.ceil(wait))}
+    try:
+        if running_loop() is not None:
+            conn = await AsyncConnection.connect(conninfo, **bound)
+            await conn.close()
+        else:
+            await anyio.to_thread.run_sync(partial(_connect_and_close, conninfo, bound))
+    except psycopg.Error as exc:
+        said = _redacted(str(exc), settings.get("password"))
+        if "FATAL:" in said and not any(words in said for words in _PASSING_REFUSALS):
+            raise ConnectionRefusedByServerError("connect", said) from exc
+        return said
+    return None
+
+
+def _connect_and_close(conninfo: str, bound: dict[str, Any]) -> None:
+    Connection.connect(conninfo, **bound).close()
+
+
+def _redacted(message: str, password: object) -> str:
+    # libpq does not quote passwords, but a message must never carry one,
+    # whatever a future libpq writes; one line, as logs want it.
+    if password:
+        message = message.replace(str(password), "***")
+    return " ".join(message.split())

@@ -42,6 +42,10 @@ _REASONS: Final[tuple[tuple[type[psycopg.Error], str], ...]] = (
     (PoolClosed, "the psycopg pool is closed"),
     (pg_errors.QueryCanceled, "the statement ran past statement_timeout or was cancelled"),
     (pg_errors.LockNotAvailable, "a lock was not granted within lock_timeout"),
+    (
+        pg_errors.ReadOnlySqlTransaction,
+        "the PostgreSQL server is read-only (a standby, or a primary fenced or being demoted)",
+    ),
 )
 
 
@@ -62,6 +66,14 @@ def translate(
     state = f", SQLSTATE {exc.sqlstate}" if exc.sqlstate else ""
     if isinstance(exc, _MISSING_LAYOUT) and not broken:
         return SchemaVersionError(schema, None, SCHEMA_VERSION)
+    if isinstance(exc, psycopg.DataError) and exc.sqlstate is None and not broken:
+        # psycopg refused a value the server sent: of this layout's columns
+        # only a time can be one it cannot load, a row someone else wrote
+        # (this adapter never does) before year 1 or after year 9999.
+        return PostgresMemoryError(
+            f"{operation} failed: a stored fact's created_at lies outside the years "
+            f"1 to 9999 that this adapter reads ({kind}); it changed nothing"
+        )
     reason, may_have_taken_effect = _unavailable(exc, broken=broken, sent=sent)
     if reason is None:
         return PostgresMemoryError(

@@ -13,7 +13,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import cache
 from typing import Final
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit
 
 from psycopg.pq import Conninfo
 
@@ -92,7 +92,10 @@ def parse_url(url: object) -> UrlOptions:
             raise ValueError(f"url has an unknown option {_shown(name)}")
     options = {name: _READERS[name](name, value) for name, value in ours.items()}
     query = "&".join(passed)
-    conninfo = urlunsplit((parts.scheme, parts.netloc, parts.path, query, ""))
+    # Rebuilt from the URL as written, not by urlunsplit, which drops the
+    # "//" of an empty host ("postgresql:///db?host=h1,h2&port=5432,5433",
+    # or libpq's default host) and turns the URL into one libpq refuses.
+    conninfo = url.partition("?")[0] + (f"?{query}" if query else "")
     try:
         Conninfo.parse(conninfo.encode("utf-8"))
     except Exception:  # noqa: BLE001 - libpq's message may quote the password
@@ -104,7 +107,7 @@ def parse_url(url: object) -> UrlOptions:
 
 
 @asynccontextmanager
-async def open_url(url: str) -> AsyncIterator[PostgresMemory]:
+async def open_url(url: str, *, create: bool = True) -> AsyncIterator[PostgresMemory]:
     """Open a store from a ``postgresql://`` (or ``postgres://``) URL; close it on exit.
 
     The URL is libpq's, plus these options in its query string (taken out
@@ -117,6 +120,10 @@ async def open_url(url: str) -> AsyncIterator[PostgresMemory]:
     change the schema. Example:
     ``postgresql://app@db/app?sslmode=require&schema=memory&setup=never``.
 
+    ``create=False`` works as ``setup=never`` whatever the URL says: for
+    tools that only read or delete, which must never create a schema (a
+    mistyped ``schema=`` is then reported, not created).
+
     The whole URL is checked before anything is opened. The store is the
     one `PostgresMemory.connect` opens (its own pool, closed on exit).
 
@@ -124,15 +131,21 @@ async def open_url(url: str) -> AsyncIterator[PostgresMemory]:
         An open store, its schema at this code's version.
 
     Raises:
-        TypeError: ``url`` is not a `str`.
+        TypeError: ``url`` is not a `str`, or ``create`` not a `bool`.
         ValueError: The URL breaks a rule (message names the option, never
             the password).
         StoreUnavailableError: The server could not be reached in time.
         SchemaVersionError: The schema is newer than this code, or (with
-            ``setup=never``) missing or older.
+            ``setup=never`` or ``create=False``) missing or older; its
+            ``schema_exists`` is ``False`` when the PostgreSQL schema itself
+            does not exist.
+        ConnectionRefusedByServerError: The server refused the connection
+            (the message says why, without the password).
         PostgresMemoryError: The server refused the setup.
     """
     options = parse_url(url)
+    if not isinstance(create, bool):
+        raise TypeError(f"create must be a bool, not {type(create).__qualname__}")
     async with PostgresMemory.connect(
         options.conninfo,
         schema=options.schema,
@@ -142,7 +155,7 @@ async def open_url(url: str) -> AsyncIterator[PostgresMemory]:
         statement_timeout=options.statement_timeout,
         lock_timeout=options.lock_timeout,
     ) as store:
-        if options.setup == "auto":
+        if options.setup == "auto" and create:
             await store.setup()
         else:
             await store.verify()
