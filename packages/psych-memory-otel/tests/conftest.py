@@ -80,6 +80,39 @@ class Telemetry:
     def clear(self) -> None:
         self.exporter.clear()
 
+    def texts(self) -> list[str]:
+        """Every text recorded: spans' names, attributes, events and statuses; measurements."""
+        found: list[str] = []
+
+        def add(attributes: Any) -> None:
+            for name, value in dict(attributes or {}).items():
+                found.append(name)
+                values = value if isinstance(value, (tuple, list)) else [value]
+                found.extend(str(item) for item in values)
+
+        for span in self.spans():
+            found.append(span.name)
+            found.append(span.status.description or "")
+            add(span.attributes)
+            for event in span.events:
+                found.append(event.name)
+                add(event.attributes)
+            add(span.resource.attributes)
+        data = self.metrics()
+        for resource in [] if data is None else data.resource_metrics:
+            for scope in resource.scope_metrics:
+                for metric in scope.metrics:
+                    found.extend([metric.name, metric.description or "", metric.unit or ""])
+                    for point in metric.data.data_points:
+                        add(point.attributes)
+        return found
+
+
+@pytest.fixture
+def make_telemetry() -> type[Telemetry]:
+    """A fresh SDK set-up per call, for tests that need one per example."""
+    return Telemetry
+
 
 @pytest.fixture
 def telemetry() -> Iterator[Telemetry]:

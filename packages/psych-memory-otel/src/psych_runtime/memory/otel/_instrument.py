@@ -26,7 +26,6 @@ from psych_runtime.memory.port import (
     Scope,
     store_events,
     validate_key_part,
-    validate_restored_id,
 )
 
 from . import _conventions as names
@@ -274,15 +273,6 @@ def _tenant(scope: object) -> str | None:
         return None
 
 
-def _record_id(memory_id: object) -> str | None:
-    # Only an id of the shape stores hand out: a caller (or a model) may put
-    # anything in a forget, and an unknown id is no record's.
-    try:
-        return validate_restored_id(memory_id)
-    except (TypeError, InvalidInputError):
-        return None
-
-
 def _records(memories: Iterable[Memory]) -> str:
     return json.dumps(
         [{"id": memory.id, "content": memory.content} for memory in memories],
@@ -352,9 +342,10 @@ class _Instrumented(MemoryStore):
 
     async def forget(self, scope: Scope, end_user_id: str, memory_id: str) -> bool:
         def describe(span: Span, deleted: bool) -> None:  # noqa: FBT001
-            record_id = _record_id(memory_id)
-            if record_id is not None:
-                span.set_attribute(names.RECORD_ID, record_id)
+            # The id only when it was a fact's: a caller, or a model, may put
+            # anything in a forget.
+            if deleted:
+                span.set_attribute(names.RECORD_ID, memory_id)
             span.set_attribute(names.RECORD_COUNT, 1)
             span.set_attribute(names.DELETED, 1 if deleted else 0)
             self._scrub_state(span)
