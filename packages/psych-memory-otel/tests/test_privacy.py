@@ -64,9 +64,7 @@ async def every_operation(store: MemoryStore, tenant: str, user: str, content: s
 
 def leaked(texts: list[str], *values: str) -> list[str]:
     """The texts holding one of the values, as it is or as JSON writes it."""
-    forms = set(values) | {
-        json.dumps(value, ensure_ascii=False)[1:-1] for value in values
-    }
+    forms = set(values) | {json.dumps(value, ensure_ascii=False)[1:-1] for value in values}
     return [text for text in texts for form in forms if form in text]
 
 
