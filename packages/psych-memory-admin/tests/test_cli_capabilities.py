@@ -7,21 +7,28 @@ third party's backend would be seen.
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from psych_runtime.memory.admin import ExitCode, main
+from psych_runtime.memory.admin._format import parse_export, render_export
+from psych_runtime.memory.admin._pages import PAGE_SIZE
+from psych_runtime.memory.port import Memory, MemoryKey
 
 # Stores on the four methods alone, as a third party might write them.
 BACKEND = """
 from contextlib import asynccontextmanager
 from psych_runtime.memory.inproc import InProcessMemory
-from psych_runtime.memory.port import MemoryStore, StoreUnavailableError
+from psych_runtime.memory.port import (
+    MemoryStore, StalePageError, StoreUnavailableError, validate_page
+)
 
 class FourMethods(MemoryStore):
     def __init__(self):
@@ -63,26 +70,55 @@ class Counting(ListsAndRestores):
         return await self._inner.fact_counts(scope)
 
 class ErasedWhileCopied(ListsAndRestores):
-    # An agent erases u0 here just after the migration read it: its second
-    # read (the first is the import that seeds it).
+    # An agent erases u0 here just after the migration read it to copy it:
+    # its third read (the first is the import that seeds it, the second the
+    # migration's check, which counts the facts).
     reads = 0
+    changed_at = 3
     async def recall(self, scope, end_user_id, *, limit=None):
         facts = await self._inner.recall(scope, end_user_id, limit=limit)
         if end_user_id == "u0":
             self.reads += 1
-            if self.reads == 2:
+            if self.reads == self.changed_at:
                 await self.changed(scope, end_user_id)
         return facts
     async def changed(self, scope, end_user_id):
         await self._inner.erase(scope, end_user_id)
 
 class CountingErasedWhileCopied(ErasedWhileCopied, Counting):
-    pass
+    # Counted, u0 is not read by the check: the copy is the second read.
+    changed_at = 2
 
 class GrowsWhileCopied(CountingErasedWhileCopied):
     # An agent remembers one more fact for u0 instead.
     async def changed(self, scope, end_user_id):
         await self._inner.remember(scope, end_user_id, "a fact that came later")
+
+class Paged(Counting):
+    # Reads a key a page at a time only: a whole-key recall fails, as it
+    # does for an end user too big to recall in one call.
+    async def recall(self, scope, end_user_id, *, limit=None):
+        raise StoreUnavailableError(
+            "recall", "this end user is too big to recall whole", may_have_taken_effect=False
+        )
+    async def recall_page(self, scope, end_user_id, *, after=None, size):
+        after, size = validate_page(after, size)
+        facts = await self._inner.recall(scope, end_user_id)
+        ids = [fact.id for fact in facts]
+        if after is not None and after not in ids:
+            raise StalePageError()
+        start = 0 if after is None else ids.index(after) + 1
+        return facts[start : start + size]
+
+class ForgetsBetweenPages(Paged):
+    # An agent forgets the last fact of a first page just after it was read, once.
+    forgot = False
+    async def recall_page(self, scope, end_user_id, *, after=None, size):
+        page = await super().recall_page(scope, end_user_id, after=after, size=size)
+        if not self.forgot and after is None and len(page) == size:
+            self.forgot = True
+            await self._inner.forget(scope, end_user_id, page[-1].id)
+        return page
 
 # One store per URL for the whole test, so that commands share it.
 STORES = {}
@@ -99,6 +135,8 @@ counting = shared(Counting)
 erasing = shared(ErasedWhileCopied)
 counting_erasing = shared(CountingErasedWhileCopied)
 growing = shared(GrowsWhileCopied)
+paged = shared(Paged)
+forgetting = shared(ForgetsBetweenPages)
 
 @asynccontextmanager
 async def four_methods(url):
@@ -108,6 +146,13 @@ async def four_methods(url):
 async def down(url):
     yield Down()
 """
+
+
+class Terminal(io.StringIO):
+    """Text that says it is a terminal, as a console's streams do."""
+
+    def isatty(self) -> bool:
+        return True
 
 
 @pytest.fixture
@@ -128,7 +173,8 @@ def schemes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         f"fourmethods = {name}:four_methods\ndown = {name}:down\n"
         f"nocount = {name}:lists_and_restores\nlossy = {name}:lossy\n"
         f"counting = {name}:counting\nerasing = {name}:erasing\n"
-        f"countingerasing = {name}:counting_erasing\ngrowing = {name}:growing\n",
+        f"countingerasing = {name}:counting_erasing\ngrowing = {name}:growing\n"
+        f"paged = {name}:paged\nforgetting = {name}:forgetting\n",
         "utf-8",
     )
     yield
@@ -171,7 +217,7 @@ def test_counting_one_end_user_needs_only_the_four_methods(
 def test_a_failing_store_is_unavailable_and_says_whether_anything_changed(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    argv = ["erase", "down:", "--tenant", "acme", "--user", "u1", "--yes"]
+    argv = ["count", "down:", "--tenant", "acme", "--user", "u1"]
     assert main(argv) == ExitCode.UNAVAILABLE
     assert capsys.readouterr().err == (
         "psych-memory: error: URL: recall failed: the server went away; it changed nothing\n"
@@ -194,12 +240,12 @@ def _seeded(url: str, tmp_path: Path, end_users: int, capsys: pytest.CaptureFixt
             "version": 1,
             "tenant": "acme",
             "end_user_id": f"u{n}",
-            "exported_at": "2026-02-01T00:00:00Z",
+            "exported_at": "2026-02-01T00:00:00.000000Z",
             "facts": [
                 {
                     "id": f"fact-{n}-{i}",
                     "content": f"fact {i} of u{n}",
-                    "created_at": f"2026-01-0{1 + i}T00:00:00Z",
+                    "created_at": f"2026-01-0{1 + i}T00:00:00.000000Z",
                 }
                 for i in range(3)
             ],
@@ -269,4 +315,90 @@ def test_facts_written_to_the_source_while_copying_are_refused_at_the_count(
     assert main(["migrate", "growing:source", "counting:destination"]) == ExitCode.DONE
     assert capsys.readouterr().out == (
         "copied 1 fact(s); 7 fact(s) of 2 end user(s) are now in both stores, counts checked\n"
+    )
+
+
+# End users too big to recall in one call: read a page at a time.
+
+BIG = 2_500
+"""Facts of the big end user: more than one page of the command's reads."""
+
+
+def _big_export(tmp_path: Path, facts: int, name: str) -> Path:
+    key = MemoryKey("acme", "big")
+    path = tmp_path / name
+    path.write_text(
+        render_export(
+            key,
+            (
+                Memory(f"fact-{n:05d}", key, f"fact {n}", datetime(2026, 1, 1, tzinfo=UTC))
+                for n in range(facts)
+            ),
+            datetime(2026, 2, 1, tzinfo=UTC),
+            "jsonl",
+        ),
+        encoding="utf-8",
+    )
+    return path
+
+
+def _import(url: str, path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["import", url, str(path)]) == ExitCode.DONE
+    capsys.readouterr()
+
+
+def _exported_ids(url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> list[str]:
+    target = tmp_path / f"export-{uuid.uuid4().hex}.json"
+    argv = ["export", url, "--tenant", "acme", "--user", "big", "-o", str(target)]
+    assert main(argv) == ExitCode.DONE, capsys.readouterr().err
+    return [fact.id for fact in parse_export(target.read_text(encoding="utf-8")).facts]
+
+
+@pytest.mark.usefixtures("schemes")
+def test_export_count_and_erase_read_an_end_user_a_page_at_a_time(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The store fails any recall of the whole end user: only pages work.
+    _import("paged:s", _big_export(tmp_path, BIG, "big.jsonl"), capsys)
+    assert _exported_ids("paged:s", tmp_path, capsys) == [f"fact-{n:05d}" for n in range(BIG)]
+    assert main(["count", "paged:s", "--tenant", "acme", "--user", "big"]) == ExitCode.DONE
+    assert capsys.readouterr().out == f"{BIG}\n"
+    monkeypatch.setattr(sys, "stdin", Terminal("y\n"))
+    assert main(["erase", "paged:s", "--tenant", "acme", "--user", "big"]) == ExitCode.DONE
+    shown = capsys.readouterr()
+    assert f"Erase all {BIG} fact(s)" in shown.err
+    assert f"facts deleted:  {BIG}" in shown.out
+
+
+@pytest.mark.usefixtures("schemes")
+def test_a_fact_forgotten_between_two_pages_starts_the_export_again(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _import("forgetting:s", _big_export(tmp_path, BIG, "big.jsonl"), capsys)
+    # The last fact of the first page went while it was read: the export
+    # starts again and holds every other fact once.
+    forgotten = f"fact-{PAGE_SIZE - 1:05d}"
+    assert _exported_ids("forgetting:s", tmp_path, capsys) == [
+        f"fact-{n:05d}" for n in range(BIG) if f"fact-{n:05d}" != forgotten
+    ]
+
+
+@pytest.mark.usefixtures("schemes")
+def test_migrate_copies_an_end_user_too_big_to_recall_and_resumes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _import("paged:source", _big_export(tmp_path, BIG, "big.jsonl"), capsys)
+    # An earlier run stopped after copying the first 2,100 facts.
+    _import("paged:destination", _big_export(tmp_path, 2_100, "part.jsonl"), capsys)
+    assert main(["migrate", "paged:source", "paged:destination"]) == ExitCode.DONE
+    assert capsys.readouterr().out == (
+        f"copied {BIG - 2_100} fact(s); {BIG} fact(s) of 1 end user(s) are now in both "
+        "stores, counts checked\n"
+    )
+    assert _exported_ids("paged:destination", tmp_path, capsys) == _exported_ids(
+        "paged:source", tmp_path, capsys
+    )
+    assert main(["migrate", "paged:source", "paged:destination"]) == ExitCode.DONE
+    assert capsys.readouterr().out.startswith(
+        f"copied nothing: the destination already held all {BIG}"
     )

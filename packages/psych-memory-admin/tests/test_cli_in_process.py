@@ -178,5 +178,8 @@ def test_erase_on_a_terminal_asks_first(
     seed("sqlite:///a.db", FACTS)
     monkeypatch.setattr(sys, "stdin", Terminal(answer))
     assert main(["erase", "sqlite:///a.db", "--tenant", "acme", "--user", "u1"]) == code
-    assert "Erase all 2 fact(s) of this end user from sqlite:///a.db?" in capsys.readouterr().out
+    shown = capsys.readouterr()
+    # The question goes to standard error, never into the receipt.
+    assert "Erase all 2 fact(s) of this end user from sqlite:///a.db?" in shown.err
+    assert "Erase all" not in shown.out
     assert len(facts_of("sqlite:///a.db", "acme", "u1")) == (2 if code else 0)

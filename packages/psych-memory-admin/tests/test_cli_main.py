@@ -98,7 +98,10 @@ def test_import_writes_the_facts_and_a_second_import_nothing(
     path = tmp_path / "u1.json"
     path.write_text(render_export(key, facts, datetime.now(UTC), "json"), encoding="utf-8")
     assert main(["import", "memory:", str(path)]) == 0
-    assert capsys.readouterr().out == "imported 3 fact(s); 0 of the 3 were there already\n"
+    assert capsys.readouterr().out == (
+        "imported 3 fact(s) in 1 batch(es) of up to 2,000, each whole or not at all; "
+        "0 of the 3 were there already\n"
+    )
 
 
 def test_migrating_between_empty_stores_copies_nothing(
@@ -182,17 +185,17 @@ def test_an_export_is_the_documented_document() -> None:
         ({"extra": 1}, "fields this format does not define"),
         ({"facts": [{"id": "a1", "content": "x"}]}, "created_at"),
         (
-            {"facts": [{"id": "a1", "content": " ", "created_at": "2026-03-01T12:00:00Z"}]},
+            {"facts": [{"id": "a1", "content": " ", "created_at": "2026-03-01T12:00:00.000000Z"}]},
             "content",
         ),
         (
             {
                 "facts": [
-                    {"id": "a1", "content": "x", "created_at": "2026-03-01T12:00:00Z"},
-                    {"id": "a1", "content": "y", "created_at": "2026-03-01T12:00:00Z"},
+                    {"id": "a1", "content": "x", "created_at": "2026-03-01T12:00:00.000000Z"},
+                    {"id": "a1", "content": "y", "created_at": "2026-03-01T12:00:00.000000Z"},
                 ]
             },
-            "same id",
+            "fact 2 (line 1) has the id of an earlier fact",
         ),
     ],
 )
@@ -229,8 +232,11 @@ FACT_LINE = '{"id": "a1", "content": "x", "created_at": "2026-03-01T12:00:00.000
 @pytest.mark.parametrize(
     ("text", "words"),
     [
-        ("[1]\n" + FACT_LINE, "line 1 must be the header object"),
-        (HEADER_LINE + "\n" + FACT_LINE + "\n" + FACT_LINE, "'facts_count' must be the number"),
+        ("[1]\n" + FACT_LINE, "must hold a JSON object"),
+        (
+            HEADER_LINE + "\n" + FACT_LINE + "\n" + FACT_LINE.replace("a1", "a2"),
+            "'facts_count' must be the number",
+        ),
         (HEADER_LINE + "\n[]", "line 2 must be a JSON object"),
         (HEADER_LINE + "\nnot json", "line 2 is not JSON"),
         (HEADER_LINE.replace('"acme"', "7") + "\n" + FACT_LINE, "strings 'tenant'"),

@@ -184,7 +184,8 @@ def test_export_then_import_round_trips_exactly(tmp_path: Path, layout: str) -> 
     # Importing twice writes nothing more.
     twice = psych_memory("import", "sqlite:///copy.db", "u1.export", cwd=tmp_path)
     assert twice.returncode == 0, twice.stderr
-    assert "imported 0 fact(s); 3 of the 3 were there already" in twice.stdout
+    assert "imported 0 fact(s) in 0 batch(es)" in twice.stdout
+    assert "3 of the 3 were there already" in twice.stdout
     assert_same_facts(copy, snapshot(f"sqlite:///{tmp_path / 'copy.db'}"))
 
 
@@ -299,10 +300,13 @@ def test_erase_on_a_terminal_asks_first(tmp_path: Path, answer: str, code: int) 
         os.close(terminal)
         os.close(controller)
     assert asked.returncode == code, asked.stderr
-    assert asked.stdout.startswith("Erase all 3 fact(s) of this end user from sqlite:///facts.db?")
+    # The question goes to standard error; the receipt alone to standard output.
+    question, _, rest = asked.stderr.partition("[y/N]: ")
+    assert question.startswith("Erase all 3 fact(s) of this end user from sqlite:///facts.db?")
+    assert "Erase all" not in asked.stdout
     after = snapshot(f"sqlite:///{tmp_path / 'facts.db'}")
     if answer == "n":
-        one_error_line(asked.stderr, "cancelled")
+        one_error_line(rest, "cancelled")
         assert_same_facts(before, after)
     else:
         assert "Erasure receipt" in asked.stdout
@@ -435,7 +439,7 @@ BAD_JSON = [
     ("a bad line", HEADER + ', "facts_count": 1}\n{"id": "a1", "content": "x", "crea',
      "FILE", "line 2 is not JSON"),
     ("a bad id", HEADER + ', "facts": [{"id": "no spaces allowed", "content": "x", '
-     '"created_at": "2026-01-01T00:00:00.000000Z"}]}', "FILE", "memory.id"),
+     '"created_at": "2026-01-01T00:00:00.000000Z"}]}', "FILE", "fact 1 (line 1) 'id'"),
 ]  # fmt: skip
 
 

@@ -11,30 +11,51 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import sys
+import tempfile
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from functools import partial
+from itertools import islice
 from pathlib import Path
-from typing import Any, Final
+from typing import IO, Any, Final
 
 import anyio
 import click
 
-from psych_runtime.memory.port import CountsFacts
+from psych_runtime.memory.port import (
+    CountsFacts,
+    InvalidInputError,
+    Memory,
+    MemoryKey,
+    MemoryStore,
+    MemoryStoreError,
+    RestoresFacts,
+)
 
 from ._exit import CommandError, ExitCode
-from ._format import Layout, parse_export, render_export, utc_text
+from ._format import (
+    ExportFormatError,
+    ExportReader,
+    Layout,
+    export_fact,
+    export_head,
+    export_tail,
+    utc_text,
+)
 from ._migrate import Migration, Progress, migrate
+from ._pages import count_facts, pages, retried
 from ._stores import (
     Scrubs,
     checked_key,
     checked_tenant,
-    held_prefix,
     lister,
     opened,
     restorer,
+    same_fact,
 )
 from ._url import redact_url
 from ._version import __version__
@@ -45,6 +66,8 @@ PROG: Final = "psych-memory"
 RECEIPT_NAME: Final = "psych-memory-erasure-receipt"
 RECEIPT_VERSION: Final = 1
 DEFAULT_JOBS: Final = 8
+IMPORT_BATCH: Final = 2_000
+"""Facts per write of an import: one transaction each, well within a statement timeout."""
 
 _URL_HELP: Final = "URL is a store URL: memory:, sqlite:///path, postgresql://..."
 
@@ -118,7 +141,13 @@ _user = click.option("--user", "end_user", required=True, help="The end user, ex
     help="One JSON document, or JSON Lines (a header line, then one fact per line).",
 )
 def export(url: str, tenant: str, end_user: str, output: Path | None, layout: Layout) -> int:
-    """Print every fact of one end user, oldest first, in the documented export format."""
+    """Print every fact of one end user, oldest first, in the documented export format.
+
+    The facts are read a page at a time and written to a temporary file
+    first (in the folder of --output, else the system's temporary folder),
+    so memory stays small whatever the end user's size, and the output
+    appears only once it is complete.
+    """
     key = checked_key(tenant, end_user)
     if output is not None and output.exists():
         raise CommandError(
@@ -126,22 +155,58 @@ def export(url: str, tenant: str, end_user: str, output: Path | None, layout: La
         )
 
     async def body() -> int:
-        async with opened(url, "URL", must_exist=True) as store:
-            facts = await store.recall(key.tenant, key.end_user_id)
-        if not facts:
-            raise CommandError(
-                "--user",
-                "the store holds no facts for this end user of this tenant",
-                ExitCode.NOT_FOUND,
-            )
-        text = render_export(key, facts, datetime.now(UTC), layout)
-        if output is None:
-            click.echo(text, nl=False)
-        else:
-            _write_new(output, text)
+        with _spool(output) as spool:
+            async with opened(url, "URL", must_exist=True) as store:
+                count = await retried(
+                    partial(_spooled, store, key, layout, spool), "URL", "exported"
+                )
+            if not count:
+                raise CommandError(
+                    "--user",
+                    "the store holds no facts for this end user of this tenant",
+                    ExitCode.NOT_FOUND,
+                )
+            head = export_head(key, datetime.now(UTC), layout, count)
+            spool.seek(0)
+            if output is None:
+                _copy_out(sys.stdout, head, spool, export_tail(layout, count), "standard output")
+            else:
+                _write_new(output, head, spool, export_tail(layout, count))
         return ExitCode.DONE
 
     return _run(body)
+
+
+async def _spooled(store: MemoryStore, key: MemoryKey, layout: Layout, spool: IO[str]) -> int:
+    # The facts of an export, written to ``spool`` from its start; how many.
+    spool.seek(0)
+    spool.truncate()
+    count = 0
+    async for page in pages(store, key):
+        spool.write(
+            "".join(
+                export_fact(fact, layout, first=not count and not index)
+                for index, fact in enumerate(page)
+            )
+        )
+        count += len(page)
+    return count
+
+
+@contextmanager
+def _spool(output: Path | None) -> Iterator[IO[str]]:
+    folder = None if output is None else (output.parent if str(output.parent) else Path())
+    try:
+        # Not a with: only its creation's failure is the temporary file's.
+        spool = tempfile.TemporaryFile("w+", encoding="utf-8", dir=folder)  # noqa: SIM115
+    except OSError as exc:
+        raise CommandError(
+            "--output" if output is not None else "export",
+            f"cannot create its temporary file ({_reason(exc)})",
+            ExitCode.USAGE,
+        ) from None
+    with spool:
+        yield spool
 
 
 @cli.command("import", epilog=_URL_HELP)
@@ -150,48 +215,119 @@ def export(url: str, tenant: str, end_user: str, output: Path | None, layout: La
 def import_(url: str, file: str) -> int:
     """Restore an export into a store, with the facts' ids and times as they were.
 
-    FILE ('-' for standard input) is checked whole before anything is written.
-    The end user's facts already in the store must be the first facts of the
-    export (an earlier import), else nothing is written. Running it twice
-    writes nothing the second time.
+    FILE ('-' for standard input) is read in chunks and checked whole before
+    anything is written. The end user's facts already in the store must be
+    the first facts of the export (an earlier import), else nothing is
+    written. The facts are then written in batches of 2,000, each one whole
+    or not at all: an import that stops part way leaves the first batches,
+    and running it again finishes it, skipping what is stored. Running it
+    twice writes nothing the second time.
     """
-    try:
-        raw = sys.stdin.buffer.read() if file == "-" else Path(file).read_bytes()
-    except OSError as exc:
-        raise CommandError(
-            "FILE", f"cannot be read ({exc.strerror or type(exc).__name__})", ExitCode.USAGE
-        ) from None
-    try:
-        document = parse_export(raw.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise CommandError("FILE", "is not UTF-8 text", ExitCode.USAGE) from None
-    except ValueError as exc:
-        raise CommandError("FILE", str(exc), ExitCode.USAGE) from None
+    with _readable(file) as open_file:
+        reader = ExportReader(open_file)
+        try:
+            key = reader.check()
+        except UnicodeDecodeError:
+            raise CommandError("FILE", "is not UTF-8 text", ExitCode.USAGE) from None
+        except ExportFormatError as exc:
+            raise CommandError("FILE", str(exc), ExitCode.USAGE) from None
+        except OSError as exc:
+            raise CommandError("FILE", f"cannot be read ({_reason(exc)})", ExitCode.USAGE) from None
 
-    async def body() -> int:
-        async with opened(url, "URL", must_exist=False) as store:
-            restores = restorer(store, "URL")
-            key = document.key
-            held = await store.recall(key.tenant, key.end_user_id)
-            if not held_prefix(document.facts, held):
+        async def body() -> int:
+            async with opened(url, "URL", must_exist=False) as store:
+                restores = restorer(store, "URL")
+                held, rest = await retried(partial(_held, store, key, reader), "URL", "compared")
+                written, batches = await _restored(restores, rest, held)
+            click.echo(
+                f"imported {written} fact(s) in {batches} batch(es) of up to {IMPORT_BATCH:,}, "
+                f"each whole or not at all; {reader.count - written} of the {reader.count} "
+                "were there already"
+            )
+            return ExitCode.DONE
+
+        return _run(body)
+
+
+async def _held(
+    store: MemoryStore, key: MemoryKey, reader: ExportReader
+) -> tuple[int, Iterator[Memory]]:
+    # How many facts the store holds for ``key`` (they must be the file's
+    # first), and the file's facts after those.
+    wanted = reader.facts(key)
+    held = 0
+    async for page in pages(store, key):
+        for fact in page:
+            expected = next(wanted, None)
+            if expected is None or not same_fact(expected, fact):
                 raise CommandError(
                     "URL",
                     "this end user's facts in the store are not the first facts of the export "
                     "(other ids, contents, times or order); nothing was written",
                     ExitCode.REFUSED,
                 )
-            try:
-                # One call, so the import is whole or nothing at all.
-                written = await restores.restore_many(document.facts[len(held) :])
-            except ValueError as exc:
-                raise CommandError("FILE", f"a fact was refused: {exc}", ExitCode.REFUSED) from None
-        click.echo(
-            f"imported {written} fact(s); {len(document.facts) - written} of the "
-            f"{len(document.facts)} were there already"
-        )
-        return ExitCode.DONE
+            held += 1
+    return held, wanted
 
-    return _run(body)
+
+async def _restored(restores: RestoresFacts, facts: Iterator[Memory], held: int) -> tuple[int, int]:
+    # Writes ``facts`` in batches; how many were stored, in how many batches.
+    written = batches = 0
+    done = held
+    while batch := list(islice(facts, IMPORT_BATCH)):
+        try:
+            written += await restores.restore_many(batch)
+        except InvalidInputError as exc:
+            raise CommandError(
+                "FILE", f"a fact was refused: {exc}; {_stored_so_far(done)}", ExitCode.REFUSED
+            ) from None
+        except MemoryStoreError as exc:
+            raise CommandError(
+                "URL",
+                f"{' '.join(str(exc).split())}; {_stored_so_far(done)}",
+                ExitCode.UNAVAILABLE,
+            ) from exc
+        batches += 1
+        done += len(batch)
+    return written, batches
+
+
+def _stored_so_far(done: int) -> str:
+    return (
+        f"the first {done} fact(s) of the file are stored (whole batches only); "
+        "run the same import again to finish"
+    )
+
+
+@contextmanager
+def _readable(file: str) -> Iterator[Callable[[], IO[bytes]]]:
+    # An opener of FILE for each reading; standard input is kept in a
+    # temporary file first, as it can be read only once.
+    if file != "-":
+
+        def opened_file() -> IO[bytes]:
+            return Path(file).open("rb")
+
+        yield opened_file
+        return
+    stdin = sys.stdin
+    if stdin is None or stdin.closed:
+        raise CommandError("FILE", "is '-' but standard input is closed", ExitCode.USAGE)
+    with tempfile.TemporaryFile() as kept:
+        try:
+            shutil.copyfileobj(stdin.buffer, kept)
+            kept.flush()
+        except OSError as exc:
+            raise CommandError(
+                "FILE", f"cannot be read from standard input ({_reason(exc)})", ExitCode.USAGE
+            ) from None
+
+        def reopened() -> IO[bytes]:
+            stream = os.fdopen(os.dup(kept.fileno()), "rb")
+            stream.seek(0)
+            return stream
+
+        yield reopened
 
 
 @cli.command(epilog=_URL_HELP)
@@ -205,34 +341,34 @@ def erase(url: str, tenant: str, end_user: str, yes: bool, as_json: bool) -> int
 
     The receipt names the tenant, the end user, how many facts were deleted,
     when (UTC) and in which store (without its password). For a store that
-    wipes deleted bytes (SQLite), it says whether the wipe is done.
+    wipes deleted bytes (SQLite), it says whether the wipe is done. The
+    question goes to standard error, never into the receipt.
     """
     key = checked_key(tenant, end_user)
-    if not yes and not sys.stdin.isatty():
+    stdin = sys.stdin
+    if not yes and (stdin is None or stdin.closed or not stdin.isatty()):
         raise CommandError(
             "--yes", "is required when standard input is not a terminal", ExitCode.USAGE
         )
+    counted: int | None = None
+    if not yes:
+        counted = _run(partial(_counted_for_erase, url, key))
+        question = (
+            f"Erase all {counted} fact(s) of this end user from {redact_url(url)}? "
+            "This cannot be undone."
+        )
+        # Asked outside the event loop, so that Ctrl-C at the question ends at once.
+        if not click.confirm(question, err=True):
+            raise click.exceptions.Abort
 
     async def body() -> int:
         async with opened(url, "URL", must_exist=True) as store:
-            held = len(await store.recall(key.tenant, key.end_user_id))
-            if not held:
-                raise CommandError(
-                    "--user",
-                    "the store holds no facts for this end user of this tenant; nothing was erased",
-                    ExitCode.NOT_FOUND,
-                )
-            if not yes:
-                question = (
-                    f"Erase all {held} fact(s) of this end user from {redact_url(url)}? "
-                    "This cannot be undone."
-                )
-                if not await anyio.to_thread.run_sync(partial(click.confirm, question)):
-                    raise click.exceptions.Abort
             deleted = await store.erase(key.tenant, key.end_user_id)
             erased_at = datetime.now(UTC)
             scrub: str | None = None
-            if isinstance(store, Scrubs):
+            if not deleted and counted is None:
+                raise _nothing_to_erase()
+            if deleted and isinstance(store, Scrubs):
                 scrub = "scrubbed" if await store.scrub() else "pending"
         receipt: dict[str, object] = {
             "receipt": RECEIPT_NAME,
@@ -243,13 +379,30 @@ def erase(url: str, tenant: str, end_user: str, yes: bool, as_json: bool) -> int
             "erased_at": utc_text(erased_at),
             "store": redact_url(url),
             "scrub": scrub,
+            "outcome": "erased" if deleted else "already_erased",
         }
         click.echo(
             json.dumps(receipt, ensure_ascii=False, indent=2) if as_json else _receipt_text(receipt)
         )
-        return ExitCode.DONE
+        return ExitCode.DONE if deleted else ExitCode.NOT_FOUND
 
     return _run(body)
+
+
+async def _counted_for_erase(url: str, key: MemoryKey) -> int:
+    async with opened(url, "URL", must_exist=True) as store:
+        held = await count_facts(store, key, "URL")
+    if not held:
+        raise _nothing_to_erase()
+    return held
+
+
+def _nothing_to_erase() -> CommandError:
+    return CommandError(
+        "--user",
+        "the store holds no facts for this end user of this tenant; nothing was erased",
+        ExitCode.NOT_FOUND,
+    )
 
 
 def _receipt_text(receipt: dict[str, object]) -> str:
@@ -261,6 +414,11 @@ def _receipt_text(receipt: dict[str, object]) -> str:
         f"erased at:      {receipt['erased_at']} (UTC)",
         f"store:          {receipt['store']}",
     ]
+    if receipt["outcome"] == "already_erased":
+        lines.append(
+            "outcome:        already erased: another erasure deleted this end user's facts "
+            "after they were counted; this command deleted none"
+        )
     if receipt["scrub"] == "scrubbed":
         lines.append("deleted bytes:  scrubbed (none remain in the database file or its log)")
     elif receipt["scrub"] == "pending":
@@ -304,7 +462,7 @@ def count(url: str, tenant: str | None, end_user: str | None) -> int:
     async def body() -> int:
         async with opened(url, "URL", must_exist=True) as store:
             if tenant is not None and end_user is not None:
-                total = len(await store.recall(key.tenant, key.end_user_id))
+                total = await count_facts(store, key, "URL")
             else:
                 lists = lister(store, "URL")
                 tenants = (key.tenant,) if tenant is not None else await lists.tenants()
@@ -421,18 +579,33 @@ def _progress(*, verbose: bool) -> _Shown:
     return _Shown(bar=sys.stderr.isatty(), verbose=verbose)
 
 
-def _write_new(path: Path, text: str) -> None:
+def _write_new(path: Path, head: str, body: IO[str], tail: str) -> None:
     try:
         descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except OSError as exc:
         raise CommandError(
-            "--output", f"cannot be created ({exc.strerror})", ExitCode.USAGE
+            "--output", f"cannot be created ({_reason(exc)})", ExitCode.USAGE
         ) from None
+    with os.fdopen(descriptor, "w", encoding="utf-8") as stream:
+        try:
+            _copy_out(stream, head, body, tail, "--output")
+        except CommandError:
+            path.unlink(missing_ok=True)
+            raise
+
+
+def _copy_out(stream: IO[str], head: str, body: IO[str], tail: str, argument: str) -> None:
     try:
-        with os.fdopen(descriptor, "w", encoding="utf-8") as stream:
-            stream.write(text)
+        stream.write(head)
+        shutil.copyfileobj(body, stream)
+        stream.write(tail)
+        stream.flush()
     except OSError as exc:
-        path.unlink(missing_ok=True)
         raise CommandError(
-            "--output", f"cannot be written ({exc.strerror})", ExitCode.USAGE
+            argument, f"cannot be written ({_reason(exc)})", ExitCode.USAGE
         ) from None
+
+
+def _reason(error: OSError) -> str:
+    # The system's words for it, never the path (it may name a person).
+    return error.strerror or type(error).__name__

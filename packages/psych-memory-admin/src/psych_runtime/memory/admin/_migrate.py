@@ -2,8 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Container, Coroutine, Iterator, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Container,
+    Coroutine,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Final
 
 import anyio
@@ -16,19 +26,18 @@ from psych_runtime.memory.port import (
     MemoryKey,
     MemoryStore,
     RestoresFacts,
+    StalePageError,
 )
 
 from ._exit import CommandError, ExitCode
-from ._stores import held_prefix, lister, restorer
+from ._pages import count_facts, pages, retried
+from ._stores import lister, restorer, same_fact
 
 __all__ = ["Migration", "Progress", "migrate"]
 
 # Facts written per call: each batch is one transaction, small enough to
 # keep a statement's size and the progress bar's steps modest.
 _BATCH: Final = 2_000
-# Facts read during the check that are kept for the copy instead of being
-# read again; about a hundred megabytes at the longest contents.
-_KEPT_FACTS: Final = 200_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,8 +75,8 @@ class _Plan:
     """Facts of the key in the source."""
     held: int
     """Of those, how many the destination holds already (the first ones)."""
-    facts: tuple[Memory, ...] | None
-    """The source's facts as checked, unless they were too many to keep."""
+    after: str | None = None
+    """The id of the last of those: the copy reads the source after it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +104,8 @@ async def migrate(
     same order (they are what an earlier, interrupted run copied). A key the
     destination does not hold cannot disagree, so when the source can count
     its facts (`CountsFacts`) such a key is not read until it is copied.
+    Every key is read a page at a time (`PagesFacts`, when the store
+    provides it), so a key of any size is copied in bounded memory.
     Only then are the missing facts restored, each key's in order, ``jobs``
     writers at a time; each writer sends the facts of several keys per call,
     a key's facts always in order, so that a key holds a first part of its
@@ -134,10 +145,10 @@ async def migrate(
     async def erase(key: MemoryKey) -> None:
         if await destination.erase(key.tenant, key.end_user_id):
             emptied.append(key)
-        plan[key] = _Plan(0, 0, ())  # what both stores hold now
+        plan[key] = _Plan(0, 0)  # what both stores hold now
 
     await _each(erased, erase, jobs)
-    mismatched = await _mismatched(destination, tenants, keys, plan, jobs)
+    mismatched = await _mismatched(source, destination, tenants, plan, jobs)
     # Facts written to the source meanwhile (new end users included) were
     # not all copied.
     mismatched.update(
@@ -168,25 +179,22 @@ async def _checked(
     # Every key is judged before anything is written, so a refusal copies nothing.
     plan: dict[MemoryKey, _Plan] = {}
     conflicts: list[MemoryKey] = []
-    kept = 0
 
     async def check(key: MemoryKey) -> None:
-        nonlocal kept
         occupied, totals = known.occupied, known.totals
         if totals is not None and occupied is not None and key not in occupied:
             # Nothing there to disagree with: the copy reads the source.
-            plan[key] = _Plan(totals.get(key, 0), 0, None)
+            plan[key] = _Plan(totals.get(key, 0), 0)
             return
-        wanted = await source.recall(key.tenant, key.end_user_id)
-        held: tuple[Memory, ...] = ()
-        if occupied is None or key in occupied:
-            held = await destination.recall(key.tenant, key.end_user_id)
-        if not held_prefix(wanted, held):
+        held = destination if occupied is None or key in occupied else None
+        found = await retried(
+            partial(_compared, source, held, key, to_end=totals is None), "FROM_URL", "checked"
+        )
+        if found is None:
             conflicts.append(key)
             return
-        keep = kept + len(wanted) <= _KEPT_FACTS
-        kept += len(wanted) if keep else 0
-        plan[key] = _Plan(len(wanted), len(held), wanted if keep else None)
+        step, read = found
+        plan[key] = _Plan(read if totals is None else totals.get(key, 0), step.held, step.after)
 
     await _each(keys, check, jobs)
     if conflicts:
@@ -198,6 +206,37 @@ async def _checked(
             ExitCode.REFUSED,
         )
     return plan
+
+
+async def _compared(
+    source: MemoryStore, destination: MemoryStore | None, key: MemoryKey, *, to_end: bool
+) -> tuple[_Plan, int] | None:
+    # Reads the key in both stores a page at a time, side by side. ``None``:
+    # the destination's facts are not the first of the source's. Else what
+    # the destination holds (as a plan without a total) and how many source
+    # facts were read (all of them with ``to_end``).
+    wanted = aiter(_each_fact(pages(source, key)))
+    held = read = 0
+    after: str | None = None
+    if destination is not None:
+        async for page in pages(destination, key):
+            for fact in page:
+                expected = await anext(wanted, None)
+                if expected is None or not same_fact(expected, fact):
+                    return None
+                held += 1
+                after = fact.id
+    read = held
+    if to_end:
+        async for _ in wanted:
+            read += 1
+    return _Plan(0, held, after), read
+
+
+async def _each_fact(found: AsyncIterator[tuple[Memory, ...]]) -> AsyncIterator[Memory]:
+    async for page in found:
+        for fact in page:
+            yield fact
 
 
 class _Copier:
@@ -225,15 +264,25 @@ class _Copier:
         ends: list[int] = []
         for key in keys:
             step = self._plan[key]
-            facts = step.facts
-            if facts is None:
-                facts = await self._source.recall(key.tenant, key.end_user_id)
-                step.total = len(facts)
-            batch.extend(facts[step.held :])
+            read = 0
+            try:
+                async for page in pages(self._source, key, after=step.after):
+                    batch.extend(page)
+                    read += len(page)
+                    while len(batch) >= _BATCH:
+                        ends = await self._write(batch[:_BATCH], ends)
+                        del batch[:_BATCH]
+            except StalePageError:
+                # The facts copied so far stay; the count at the end would
+                # not see a fact forgotten in the source after its copy.
+                raise CommandError(
+                    "FROM_URL",
+                    "a fact of an end user was forgotten there while its facts were being "
+                    "copied (stop the writers first); the facts copied so far stay in TO_URL",
+                    ExitCode.REFUSED,
+                ) from None
+            step.total = step.held + read
             ends.append(len(batch))
-            while len(batch) >= _BATCH:
-                ends = await self._write(batch[:_BATCH], ends)
-                del batch[:_BATCH]
         await self._write(batch, ends)
 
     async def _write(self, batch: list[Memory], ends: list[int]) -> list[int]:
@@ -253,26 +302,27 @@ class _Copier:
 
 
 async def _mismatched(
+    source: MemoryStore,
     destination: MemoryStore,
     tenants: Sequence[str],
-    keys: Sequence[MemoryKey],
     plan: Mapping[MemoryKey, _Plan],
     jobs: int,
 ) -> set[MemoryKey]:
     # The keys whose facts in the destination are not what was copied.
     counts = await _counted(destination, tenants)
     if counts is not None:
-        return {key for key in keys if counts.get(key, 0) != plan[key].total}
+        return {key for key, step in plan.items() if counts.get(key, 0) != step.total}
     mismatched: set[MemoryKey] = set()
 
     async def verify(key: MemoryKey) -> None:
-        step = plan[key]
-        held = await destination.recall(key.tenant, key.end_user_id)
-        copied = held if step.facts is None else step.facts
-        if len(held) != step.total or not held_prefix(copied, held):
+        # Without counts, the destination is read beside the source, fact by fact.
+        found = await retried(
+            partial(_compared, source, destination, key, to_end=True), "FROM_URL", "checked"
+        )
+        if found is None or found[0].held != plan[key].total or found[1] != plan[key].total:
             mismatched.add(key)
 
-    await _each(keys, verify, jobs)
+    await _each(list(plan), verify, jobs)
     return mismatched
 
 
@@ -304,7 +354,7 @@ async def _source_counts(
     found: dict[MemoryKey, int] = {}
 
     async def count(key: MemoryKey) -> None:
-        held = len(await source.recall(key.tenant, key.end_user_id))
+        held = await count_facts(source, key, "FROM_URL")
         if held:
             found[key] = held
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -26,10 +26,10 @@ from ._url import url_scheme
 __all__ = [
     "Scrubs",
     "checked_key",
-    "held_prefix",
     "lister",
     "opened",
     "restorer",
+    "same_fact",
 ]
 
 _KEY_OPTIONS = {"tenant": "--tenant", "scope.tenant": "--tenant", "end_user_id": "--user"}
@@ -124,13 +124,6 @@ def same_fact(one: Memory, other: Memory) -> bool:
         other.key,
         other.content,
         other.created_at,
-    )
-
-
-def held_prefix(wanted: Sequence[Memory], held: Sequence[Memory]) -> bool:
-    """Whether ``held`` (a destination key's facts) is a start of ``wanted``, fact for fact."""
-    return len(held) <= len(wanted) and all(
-        same_fact(one, other) for one, other in zip(wanted, held, strict=False)
     )
 
 
