@@ -120,6 +120,17 @@ class ForgetsBetweenPages(Paged):
             await self._inner.forget(scope, end_user_id, page[-1].id)
         return page
 
+class FailsSecondWrite(Counting):
+    # The connection drops during the second write of facts, once.
+    writes = 0
+    async def restore_many(self, memories):
+        self.writes += 1
+        if self.writes == 2:
+            raise StoreUnavailableError(
+                "restore_many", "the server went away", may_have_taken_effect=False
+            )
+        return await super().restore_many(memories)
+
 # One store per URL for the whole test, so that commands share it.
 STORES = {}
 
@@ -137,6 +148,7 @@ counting_erasing = shared(CountingErasedWhileCopied)
 growing = shared(GrowsWhileCopied)
 paged = shared(Paged)
 forgetting = shared(ForgetsBetweenPages)
+failing_write = shared(FailsSecondWrite)
 
 @asynccontextmanager
 async def four_methods(url):
@@ -174,7 +186,8 @@ def schemes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         f"nocount = {name}:lists_and_restores\nlossy = {name}:lossy\n"
         f"counting = {name}:counting\nerasing = {name}:erasing\n"
         f"countingerasing = {name}:counting_erasing\ngrowing = {name}:growing\n"
-        f"paged = {name}:paged\nforgetting = {name}:forgetting\n",
+        f"paged = {name}:paged\nforgetting = {name}:forgetting\n"
+        f"failswrite = {name}:failing_write\n",
         "utf-8",
     )
     yield
@@ -402,3 +415,24 @@ def test_migrate_copies_an_end_user_too_big_to_recall_and_resumes(
     assert capsys.readouterr().out.startswith(
         f"copied nothing: the destination already held all {BIG}"
     )
+
+
+@pytest.mark.usefixtures("schemes")
+def test_an_import_stopped_part_way_keeps_whole_batches_and_finishes_when_run_again(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _big_export(tmp_path, BIG, "big.jsonl")
+    assert main(["import", "failswrite:", str(path)]) == ExitCode.UNAVAILABLE
+    assert capsys.readouterr().err == (
+        "psych-memory: error: URL: restore_many failed: the server went away; it changed "
+        "nothing; the first 2000 fact(s) of the file are stored (whole batches only); run the "
+        "same import again to finish\n"
+    )
+    assert main(["count", "failswrite:", "--tenant", "acme", "--user", "big"]) == ExitCode.DONE
+    assert capsys.readouterr().out == "2000\n"
+    assert main(["import", "failswrite:", str(path)]) == ExitCode.DONE
+    assert capsys.readouterr().out == (
+        f"imported {BIG - 2000} fact(s) in 1 batch(es) of up to 2,000, each whole or not at "
+        f"all; 2000 of the {BIG} were there already\n"
+    )
+    assert _exported_ids("failswrite:", tmp_path, capsys) == [f"fact-{n:05d}" for n in range(BIG)]

@@ -22,7 +22,8 @@ import anyio
 import pytest
 
 from psych_runtime.memory.admin import open_memory, store_schemes
-from psych_runtime.memory.port import ListsEndUsers, Memory
+from psych_runtime.memory.admin._format import render_export
+from psych_runtime.memory.port import ListsEndUsers, Memory, MemoryKey
 
 Snapshot = dict[tuple[str, str], tuple[Memory, ...]]
 
@@ -215,6 +216,29 @@ def test_export_to_postgres_and_back_round_trips(
     assert imported.returncode == 0, imported.stderr
     source = snapshot(f"sqlite:///{tmp_path / 'source.db'}")
     assert_same_facts({("acme", "u1"): source["acme", "u1"]}, snapshot(url))
+
+
+def test_an_import_too_big_for_one_statement_goes_in_batches_at_the_defaults(
+    tmp_path: Path, postgres_url: str, pg_schema: str
+) -> None:
+    # 30,000 facts take about 1.5 s in one call here, a batch of 2,000 about
+    # 0.1 s: with a 0.5 s statement timeout the file goes through only in
+    # batches, the path a million facts take under the default 5 s.
+    require_schemes("postgresql")
+    key = MemoryKey("acme", "big")
+    facts = [
+        Memory(f"f-{n:06d}", key, f"fact number {n}", datetime(2026, 1, 1, tzinfo=UTC))
+        for n in range(30_000)
+    ]
+    (tmp_path / "big.jsonl").write_text(
+        render_export(key, facts, datetime.now(UTC), "jsonl"), encoding="utf-8"
+    )
+    url = pg_url(postgres_url, pg_schema, statement_timeout="0.5")
+    imported = psych_memory("import", url, "big.jsonl", cwd=tmp_path)
+    assert imported.returncode == 0, imported.stderr
+    assert imported.stdout.startswith("imported 30000 fact(s) in 15 batch(es) of up to 2,000")
+    counted = psych_memory("count", url, "--tenant", "acme", "--user", "big", cwd=tmp_path)
+    assert (counted.returncode, counted.stdout) == (0, "30000\n"), counted.stderr
 
 
 # Erase.
