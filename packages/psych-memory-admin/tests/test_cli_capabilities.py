@@ -7,6 +7,7 @@ third party's backend would be seen.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import sys
@@ -15,12 +16,22 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
+import anyio
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from psych_runtime.memory.admin import ExitCode, main
+from psych_runtime.memory.admin import ExitCode, main, open_memory
 from psych_runtime.memory.admin._format import parse_export, render_export
 from psych_runtime.memory.admin._pages import PAGE_SIZE
-from psych_runtime.memory.port import Memory, MemoryKey
+from psych_runtime.memory.port import (
+    MAX_CREATED_AT,
+    MIN_CREATED_AT,
+    Memory,
+    MemoryKey,
+    RestoresFacts,
+    validate_content,
+)
 
 # Stores on the four methods alone, as a third party might write them.
 BACKEND = """
@@ -436,3 +447,66 @@ def test_an_import_stopped_part_way_keeps_whole_batches_and_finishes_when_run_ag
         f"all; 2000 of the {BIG} were there already\n"
     )
     assert _exported_ids("failswrite:", tmp_path, capsys) == [f"fact-{n:05d}" for n in range(BIG)]
+
+
+# Export, then import: exactly the same facts, whatever they hold.
+
+_key_part = st.text(
+    st.characters(codec="utf-8", exclude_categories=["Cc", "Cs"]) | st.sampled_from("\u2028\u2029"),
+    min_size=1,
+    max_size=12,
+).filter(lambda text: text == text.strip())
+_content = st.text(
+    st.characters(codec="utf-8", exclude_categories=["Cs"]) | st.sampled_from("\u2028\u2029\n"),
+    min_size=1,
+    max_size=60,
+).filter(lambda text: text.strip() != "" and _valid_content(text))
+_moment = st.sampled_from([MIN_CREATED_AT, MAX_CREATED_AT]) | st.datetimes(timezones=st.just(UTC))
+_ids = st.lists(st.from_regex(r"[A-Za-z0-9_-]{1,64}", fullmatch=True), unique=True, max_size=6)
+
+
+def _valid_content(text: str) -> bool:
+    try:
+        validate_content(text)
+    except ValueError:
+        return False
+    return True
+
+
+@pytest.mark.usefixtures("schemes")
+@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    key=st.builds(MemoryKey, _key_part, _key_part),
+    ids=_ids,
+    data=st.data(),
+    layout=st.sampled_from(["json", "jsonl"]),
+)
+def test_an_export_imports_back_exactly(
+    key: MemoryKey, ids: list[str], data: st.DataObject, layout: str, tmp_path: Path
+) -> None:
+    # Times in any order: a store keeps the order facts were added in.
+    facts = [Memory(fact_id, key, data.draw(_content), data.draw(_moment)) for fact_id in ids]
+    source, destination = f"counting:{uuid.uuid4().hex}", f"counting:{uuid.uuid4().hex}"
+    anyio.run(_restored, source, facts)
+    path = tmp_path / f"{uuid.uuid4().hex}.{layout}"
+    argv = ["export", source, "--tenant", key.tenant, "--user", key.end_user_id, "--format", layout]
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert main([*argv, "-o", str(path)]) == (ExitCode.DONE if facts else ExitCode.NOT_FOUND)
+        if not facts:
+            return
+        assert main(["import", destination, str(path)]) == ExitCode.DONE
+    if layout == "jsonl":
+        # One line per fact, for readers that split lines as str.splitlines does, too.
+        assert len(path.read_text(encoding="utf-8").splitlines()) == len(facts) + 1
+    assert anyio.run(_recalled, destination, key) == tuple(facts)
+
+
+async def _restored(url: str, facts: list[Memory]) -> None:
+    async with open_memory(url) as store:
+        assert isinstance(store, RestoresFacts)
+        await store.restore_many(facts)
+
+
+async def _recalled(url: str, key: MemoryKey) -> tuple[Memory, ...]:
+    async with open_memory(url) as store:
+        return await store.recall(key.tenant, key.end_user_id)

@@ -21,7 +21,14 @@ from psych_runtime.memory.admin._format import (
     parse_export,
     render_export,
 )
-from psych_runtime.memory.port import MAX_CONTENT_LENGTH, Memory, MemoryKey, validate_content
+from psych_runtime.memory.port import (
+    MAX_CONTENT_LENGTH,
+    MAX_CREATED_AT,
+    MIN_CREATED_AT,
+    Memory,
+    MemoryKey,
+    validate_content,
+)
 
 COMMANDS = ["export", "import", "erase", "users", "count", "migrate"]
 
@@ -254,3 +261,133 @@ def test_a_json_lines_export_without_facts_is_its_header() -> None:
     read = parse_export(HEADER_LINE.replace('"facts_count": 1', '"facts_count": 0'))
     assert read.key == MemoryKey("acme", "u1")
     assert read.facts == ()
+
+
+# Exactly the published format, and nothing else.
+
+_FACT = '{"id": "a1", "content": "x", "created_at": "%s"}'
+_JSON_HEAD = (
+    '{"format": "psych-memory-export", "version": 1, "tenant": "acme", "end_user_id": "u1", '
+    '"exported_at": "2026-03-02T00:00:00.000000Z", "facts": ['
+)
+
+
+@pytest.mark.parametrize(
+    "moment",
+    [
+        "2026-03-01T12:00:00Z",  # no microseconds
+        "2026-03-01T12:00:00.000Z",  # milliseconds only
+        "2026-03-01 12:00:00.000000Z",  # a space for the T
+        "20260301T120000.000000Z",  # basic format
+        "2026-W09-7T12:00:00.000000Z",  # a week date
+        "2026-060T12:00:00.000000Z",  # an ordinal date
+        "2026-03-01T12:00:00.000000+00:00",  # an offset for the Z
+        "2026-03-01T12:00:00.000000z",
+        "2026-03-01t12:00:00.000000Z",
+        "\uff12\uff10\uff12\uff16-03-01T12:00:00.000000Z",  # fullwidth digits
+        "2026-03-01T12:00:00,000000Z",  # a decimal comma
+    ],
+)
+def test_a_time_in_any_other_form_is_refused(moment: str) -> None:
+    with pytest.raises(ExportFormatError) as caught:
+        parse_export(_JSON_HEAD + _FACT % moment + "]}")
+    assert str(caught.value) == (
+        "fact 1 (line 1) 'created_at' must be a time in UTC written YYYY-MM-DDTHH:MM:SS.ffffffZ "
+        "(ISO 8601 extended format, with 'T', microseconds and 'Z')"
+    )
+
+
+@pytest.mark.parametrize(
+    "moment",
+    ["10000-01-01T00:00:00.000000Z", "0000-12-31T23:59:59.999999Z", "-0001-01-01T00:00:00.000000Z"],
+)
+def test_a_time_outside_the_range_a_store_keeps_is_refused_naming_the_range(moment: str) -> None:
+    with pytest.raises(ExportFormatError) as caught:
+        parse_export(_JSON_HEAD + _FACT % moment + "]}")
+    assert str(caught.value) == (
+        "fact 1 (line 1) 'created_at' must be between 0001-01-01T00:00:00.000000Z and "
+        "9999-12-31T23:59:59.999999Z, the times a store keeps"
+    )
+
+
+def test_both_ends_of_the_range_are_read_exactly() -> None:
+    text = (
+        _JSON_HEAD
+        + _FACT % "0001-01-01T00:00:00.000000Z"
+        + ", "
+        + (_FACT % "9999-12-31T23:59:59.999999Z").replace("a1", "a2")
+        + "]}"
+    )
+    assert [fact.created_at for fact in parse_export(text).facts] == [
+        MIN_CREATED_AT,
+        MAX_CREATED_AT,
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        (
+            _JSON_HEAD + '{"id": "a1", "id": "a2", "content": "x", '
+            '"created_at": "2026-03-01T12:00:00.000000Z"}]}',
+            "fact 1 (line 1) repeats a field of one JSON object",
+        ),
+        (_JSON_HEAD.replace('"version": 1,', '"version": 1, "version": 1,') + "]}", "repeats"),
+        (_JSON_HEAD + "]" + ', "facts": []}', "repeats a field"),
+        (
+            _JSON_HEAD.replace('"version": 1', '"version": 1' + "0" * 5000) + "]}",
+            "holds an integer of more than 20 digits",
+        ),
+        (_JSON_HEAD.replace('"version": 1', '"version": NaN') + "]}", "holds NaN"),
+        (_JSON_HEAD + "[" * 100_000 + "]" * 100_000 + "]}", "fact 1 (line 1) nests JSON"),
+        (_JSON_HEAD + "]}" + "{}", "holds more than one JSON document"),
+        (_JSON_HEAD + "]," + "}", "is not JSON"),
+    ],
+)
+def test_json_the_format_does_not_allow_is_refused(text: str, words: str) -> None:
+    with pytest.raises(ExportFormatError) as caught:
+        parse_export(text)
+    assert words in str(caught.value)
+    assert "set_int_max_str_digits" not in str(caught.value)
+
+
+def test_json_lines_are_split_at_line_feeds_only() -> None:
+    # U+2028, U+2029 and the other line breaks of str.splitlines are legal
+    # inside a JSON string, and are not the ends of lines.
+    content = "one\u2028two\u2029three"
+    header = json.loads(HEADER_LINE) | {"end_user_id": "u\u2028\u2029v"}
+    text = (
+        json.dumps(header, ensure_ascii=False)
+        + "\n"
+        + json.dumps(
+            {"id": "a1", "content": content, "created_at": "2026-03-01T12:00:00.000000Z"},
+            ensure_ascii=False,
+        )
+        + "\r\n"
+    )
+    read = parse_export(text)
+    assert read.key == MemoryKey("acme", "u\u2028\u2029v")
+    assert [fact.content for fact in read.facts] == [content]
+
+
+def test_an_export_escapes_the_separators_other_readers_split_lines_at() -> None:
+    key = MemoryKey("acme", "u\u2028v")
+    fact = Memory("a1", key, "one\u2028two\u2029three", datetime(2026, 3, 1, tzinfo=UTC))
+    text = render_export(key, [fact], datetime(2026, 3, 2, tzinfo=UTC), "jsonl")
+    assert len(text.splitlines()) == 2
+    assert parse_export(text).facts == (fact,)
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        (HEADER_LINE + "\n\n" + FACT_LINE, "line 2 must hold one whole fact"),
+        (HEADER_LINE + "\n" + FACT_LINE[:-1] + "\n}", "line 2 must hold one whole fact"),
+        (HEADER_LINE + " " + FACT_LINE, "line 1 must end after its JSON object"),
+        (HEADER_LINE[:-1] + "\n}\n" + FACT_LINE, "line 1 must hold the whole header object"),
+    ],
+)
+def test_each_json_line_holds_one_whole_object(text: str, words: str) -> None:
+    with pytest.raises(ExportFormatError) as caught:
+        parse_export(text)
+    assert words in str(caught.value)

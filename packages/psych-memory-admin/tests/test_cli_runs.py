@@ -14,7 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -23,7 +23,14 @@ import pytest
 
 from psych_runtime.memory.admin import open_memory, store_schemes
 from psych_runtime.memory.admin._format import render_export
-from psych_runtime.memory.port import ListsEndUsers, Memory, MemoryKey
+from psych_runtime.memory.port import (
+    MAX_CREATED_AT,
+    MIN_CREATED_AT,
+    ListsEndUsers,
+    Memory,
+    MemoryKey,
+    RestoresFacts,
+)
 
 Snapshot = dict[tuple[str, str], tuple[Memory, ...]]
 
@@ -239,6 +246,52 @@ def test_an_import_too_big_for_one_statement_goes_in_batches_at_the_defaults(
     assert imported.stdout.startswith("imported 30000 fact(s) in 15 batch(es) of up to 2,000")
     counted = psych_memory("count", url, "--tenant", "acme", "--user", "big", cwd=tmp_path)
     assert (counted.returncode, counted.stdout) == (0, "30000\n"), counted.stderr
+
+
+@pytest.mark.parametrize("scheme", ["sqlite", "postgresql"])
+def test_facts_at_the_ends_of_the_time_range_and_with_line_separators_round_trip(
+    tmp_path: Path, scheme: str, request: pytest.FixtureRequest
+) -> None:
+    require_schemes(scheme)
+    source, copy = (
+        (f"sqlite:///{tmp_path}/ends.db", f"sqlite:///{tmp_path}/ends-copy.db")
+        if scheme == "sqlite"
+        else request.getfixturevalue("two_schemas")
+    )
+    key = MemoryKey("acme", "u\u2028\u2029v")
+    facts = (
+        Memory("at-max", key, "the latest\u2028time", MAX_CREATED_AT),
+        Memory("at-min", key, "the earliest\u2029time", MIN_CREATED_AT),
+        Memory("between", key, "2300, a microsecond in", datetime(2300, 1, 1, 0, 0, 0, 1, UTC)),
+    )
+    anyio.run(_restore, source, facts)
+    for layout in ("json", "jsonl"):
+        exported = psych_memory(
+            "export", source, "--tenant", key.tenant, "--user", key.end_user_id,
+            "--format", layout, "-o", f"ends.{layout}", cwd=tmp_path,
+        )  # fmt: skip
+        assert exported.returncode == 0, exported.stderr
+        imported = psych_memory("import", copy, f"ends.{layout}", cwd=tmp_path)
+        assert imported.returncode == 0, imported.stderr
+    assert snapshot(copy)[key.tenant, key.end_user_id] == facts
+
+
+@pytest.fixture
+def two_schemas(postgres_url: str, pg_schema: str) -> Iterator[tuple[str, str]]:
+    """The URLs of two fresh schemas of the server, both dropped after the test."""
+    import psycopg  # noqa: PLC0415 - only the PostgreSQL tests need the driver
+    from psycopg import sql  # noqa: PLC0415
+
+    other = f"{pg_schema}_2"
+    yield pg_url(postgres_url, pg_schema), pg_url(postgres_url, other)
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(other)))
+
+
+async def _restore(url: str, facts: Sequence[Memory]) -> None:
+    async with open_memory(url) as store:
+        assert isinstance(store, RestoresFacts)
+        await store.restore_many(facts)
 
 
 # Erase.
@@ -464,6 +517,17 @@ BAD_JSON = [
      "FILE", "line 2 is not JSON"),
     ("a bad id", HEADER + ', "facts": [{"id": "no spaces allowed", "content": "x", '
      '"created_at": "2026-01-01T00:00:00.000000Z"}]}', "FILE", "fact 1 (line 1) 'id'"),
+    ("a time out of range", HEADER + ', "facts_count": 1}\n{"id": "a1", "content": "x", '
+     '"created_at": "10000-01-01T00:00:00.000000Z"}', "FILE",
+     "line 2 'created_at' must be between 0001-01-01T00:00:00.000000Z and 9999-12-31T23:59:59"),
+    ("a time without microseconds", HEADER + ', "facts_count": 1}\n{"id": "a1", "content": '
+     '"x", "created_at": "2026-01-01T00:00:00Z"}', "FILE", "line 2 'created_at' must be a time"),
+    ("a huge integer", HEADER + ', "facts_count": 1' + "0" * 5000 + "}", "FILE",
+     "the export (line 1) holds an integer of more than 20 digits"),
+    ("deep nesting", HEADER + ', "facts": [' + "[" * 100_000 + "]" * 100_000 + "]}", "FILE",
+     "fact 1 (line 1) nests JSON too deeply"),
+    ("a repeated key", HEADER + ', "facts_count": 1}\n{"id": "a1", "content": "x", "content": '
+     '"y", "created_at": "2026-01-01T00:00:00.000000Z"}', "FILE", "line 2 repeats a field"),
 ]  # fmt: skip
 
 

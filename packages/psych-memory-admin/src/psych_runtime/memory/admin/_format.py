@@ -331,7 +331,7 @@ class _Document:
                 with_facts = True
                 yield from self._listed()
             else:
-                self._header[name] = text.value(self._where)
+                self._header[name] = text.value(f"{self._where} (line {start})")
             if text.next_char() != ",":
                 break
             text.take(",", self._where)
@@ -436,9 +436,9 @@ def _fields(found: dict[str, object], allowed: frozenset[str], where: str) -> No
 
 
 def _moment(value: object, where: str) -> datetime:
+    if isinstance(value, str) and _OUTSIDE.fullmatch(value):
+        raise ExportFormatError(f"{where} {_RANGE_RULE}")
     if not isinstance(value, str) or not _TIME.fullmatch(value):
-        if isinstance(value, str) and _OUTSIDE.fullmatch(value):
-            raise ExportFormatError(f"{where} {_RANGE_RULE}")
         raise ExportFormatError(f"{where} {_TIME_RULE}")
     try:
         # The form above is one fromisoformat reads; a time of that form
