@@ -57,6 +57,8 @@ from psycopg.pq import ConnStatus, TransactionStatus
 from psycopg.pq.abc import PGconn
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolClosed
 
+from psych_runtime.memory.port import store_events
+
 from ._errors import SchemaVersionError, StoreUnavailableError
 from ._translate import translate
 
@@ -268,6 +270,7 @@ class Runner:
                 if not (_replay(call, exc, broken=broken, sent=sent) and attempt < _ATTEMPTS):
                     failure = self._failure(call, exc, broken=broken, sent=sent)
                     raise failure from exc
+                _report_replay(attempt + 1, broken=broken)
                 if sent and broken:
                     call.uncertain = True
         raise AssertionError("unreachable: the last attempt raises")  # pragma: no cover
@@ -305,6 +308,7 @@ class Runner:
                 if not (_replay(call, exc, broken=broken, sent=sent) and attempt < _ATTEMPTS):
                     failure = self._failure(call, exc, broken=broken, sent=sent)
                     raise failure from exc
+                _report_replay(attempt + 1, broken=broken)
                 if sent and broken:
                     call.uncertain = True
         raise AssertionError("unreachable: the last attempt raises")  # pragma: no cover
@@ -474,6 +478,16 @@ def _replay(call: Call[Any], exc: psycopg.Error, *, broken: bool, sent: bool) ->
     if broken:
         return call.replayable or not sent
     return isinstance(exc, ReadOnlySqlTransaction) and not call.uncertain
+
+
+def _report_replay(attempt: int, *, broken: bool) -> None:
+    # To the observer of the call, if any (such as psych-memory-otel).
+    listener = store_events.get()
+    if listener is not None:
+        reason = "connection broken" if broken else "server read-only"
+        listener(
+            "psych_memory.replay", {"psych_memory.attempt": attempt, "psych_memory.reason": reason}
+        )
 
 
 async def _converse_async(cursor: AsyncCursor[Any], conversation: Conversation[_T]) -> _T:
