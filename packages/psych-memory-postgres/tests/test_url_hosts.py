@@ -1,0 +1,61 @@
+"""URLs naming several servers, as libpq defines them, for failover."""
+
+from __future__ import annotations
+
+from urllib.parse import quote
+
+import anyio
+import pytest
+from psycopg.conninfo import conninfo_to_dict
+
+from psych_runtime.memory.postgres import open_url
+from psych_runtime.memory.postgres._url import parse_url
+
+
+@pytest.mark.parametrize(
+    ("url", "hosts", "ports"),
+    [
+        (
+            "postgresql://app@db1:5433,db2:5434/app?target_session_attrs=read-write&schema=s",
+            "db1,db2",
+            "5433,5434",
+        ),
+        ("postgres://app@db1,db2,db3/app?target_session_attrs=primary", "db1,db2,db3", ",,"),
+        ("postgresql://[::1]:5433,[::1]:5434/app", "::1,::1", "5433,5434"),
+        # No host in the authority: the hosts come from the query string.
+        ("postgresql:///app?host=db1,db2&port=5433,5434&schema=s", "db1,db2", "5433,5434"),
+    ],
+)
+def test_a_url_naming_several_servers_reaches_libpq_unchanged(
+    url: str, hosts: str, ports: str
+) -> None:
+    options = parse_url(url)
+    assert options.conninfo == url.replace("&schema=s", "")
+    parts = conninfo_to_dict(options.conninfo)
+    assert parts["host"] == hosts
+    assert parts["port"] == ports
+
+
+def test_a_url_without_a_host_is_libpqs_default_server() -> None:
+    # The "//" of an empty authority is kept: without it libpq refuses the URL.
+    assert parse_url("postgresql:///app?schema=s").conninfo == "postgresql:///app"
+    assert parse_url("postgresql://").conninfo == "postgresql://"
+
+
+@pytest.mark.anyio
+async def test_a_store_reaches_the_writable_server_of_a_list(
+    postgres_dsn: str, schema: str
+) -> None:
+    # The first server of the list does not answer; the second is the test
+    # server, the only writable one.
+    parts = conninfo_to_dict(postgres_dsn)
+    host, port = parts.get("host", "127.0.0.1"), parts.get("port", "5432")
+    user, dbname = parts.get("user", "postgres"), parts.get("dbname", "test")
+    url = (
+        f"postgresql://{user}@127.0.0.1:1,{host}:{port}/{dbname}"
+        f"?target_session_attrs=read-write&connect_timeout=2&schema={quote(schema)}"
+    )
+    with anyio.fail_after(60):
+        async with open_url(url) as store:
+            fact = await store.remember("acme", "u1", "reached through a list")
+            assert await store.recall("acme", "u1") == (fact,)
