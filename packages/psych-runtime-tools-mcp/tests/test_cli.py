@@ -13,6 +13,7 @@ from psych_runtime.tools.mcp._cli import main
 
 TOOLS_HAVE_LIMITS = "max_facts" in inspect.signature(memory_tools).parameters
 HTTP = ["--http", "--issuer", "https://i", "--audience", "a"]
+JWKS = [*HTTP, "--tenant", "acme", "--jwks-url", "https://i/jwks"]
 
 
 @pytest.mark.parametrize(
@@ -42,6 +43,37 @@ HTTP = ["--http", "--issuer", "https://i", "--audience", "a"]
         (
             [*HTTP, "--tenant", "acme", "--jwt-key-file", "/no/such/key.pem"],
             "--jwt-key-file cannot be read (FileNotFoundError)",
+        ),
+        (
+            ["--http", "--tenant", "acme", "--issuer", "https://i#x", "--audience", "a"],
+            "--issuer must not contain '#'",
+        ),
+        ([*HTTP, "--tenant", "acme", "--algorithm", "HS256"], "--algorithm: invalid choice"),
+        ([*HTTP, "--tenant", "acme", "--max-sessions", "0"], "--max-sessions: must be at least 1"),
+        (
+            [*JWKS, "--max-sessions", "2", "--max-sessions-per-user", "3"],
+            "--max-sessions-per-user must not exceed --max-sessions",
+        ),
+        (
+            [*HTTP, "--tenant", "acme", "--session-idle-timeout", "nan"],
+            "--session-idle-timeout: must be a positive, finite number of seconds",
+        ),
+        ([*HTTP, "--tenant", "acme", "--jwks-timeout", "0"], "--jwks-timeout: must be a positive"),
+        (
+            [*HTTP, "--tenant", "acme", "--jwt-key-file", "k.pem", "--jwks-timeout", "3"],
+            "--jwks-timeout is for --jwks-url only",
+        ),
+        (
+            [*JWKS, "--max-sessions", "x"],
+            "--max-sessions: must be a whole number",
+        ),
+        (
+            ["--tenant", "acme", "--user", "alice", "--allowed-host", "h"],
+            "--allowed-host is for --http only",
+        ),
+        (
+            ["--tenant", "acme", "--user", "alice", "--max-sessions", "5"],
+            "--max-sessions is for --http only",
         ),
     ],
 )

@@ -20,8 +20,13 @@ from psych_runtime.tools.mcp import JwtVerifier, memory_http_app, memory_server
 
 def test_all_is_exactly_the_public_api() -> None:
     assert sorted(mcp_.__all__) == [
+        "ALGORITHMS",
+        "DEFAULT_MAX_SESSIONS",
+        "DEFAULT_MAX_SESSIONS_PER_USER",
+        "DEFAULT_SESSION_IDLE_TIMEOUT",
         "IdentityError",
         "JwtVerifier",
+        "KeysUnavailableError",
         "MEMORY_PROMPT",
         "MEMORY_RESOURCE_URI",
         "RECALL",

@@ -13,20 +13,32 @@ no erase tool. The memory block is also offered as the resource
 `MEMORY_RESOURCE_URI` and the prompt `MEMORY_PROMPT`.
 """
 
-from ._app import SERVER_NAME, memory_http_app, memory_server
+from ._app import (
+    DEFAULT_MAX_SESSIONS,
+    DEFAULT_MAX_SESSIONS_PER_USER,
+    DEFAULT_SESSION_IDLE_TIMEOUT,
+    SERVER_NAME,
+    memory_http_app,
+    memory_server,
+)
 from ._identity import end_user_id_of
-from ._jwt import JwtVerifier
+from ._jwt import ALGORITHMS, JwtVerifier, KeysUnavailableError
 from ._recall import RECALL
 from ._server import MEMORY_PROMPT, MEMORY_RESOURCE_URI, IdentityError
 from ._version import __version__ as __version__
 
 __all__ = [
+    "ALGORITHMS",
+    "DEFAULT_MAX_SESSIONS",
+    "DEFAULT_MAX_SESSIONS_PER_USER",
+    "DEFAULT_SESSION_IDLE_TIMEOUT",
     "MEMORY_PROMPT",
     "MEMORY_RESOURCE_URI",
     "RECALL",
     "SERVER_NAME",
     "IdentityError",
     "JwtVerifier",
+    "KeysUnavailableError",
     "end_user_id_of",
     "memory_http_app",
     "memory_server",

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any, Final
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 
 from mcp.server import Server
 from mcp.server.auth.provider import TokenVerifier
@@ -13,13 +15,37 @@ from mcp.server.auth.settings import AuthSettings
 from psych_runtime.memory.port import MemoryStore, Scope, validate_key_part
 from psych_runtime.tools.builtins import memory_tools
 
+from ._http import (
+    AnswerUncheckable,
+    CheckingVerifier,
+    RepeatedKeys,
+    SessionsPerUser,
+    transport_security,
+)
 from ._identity import token_binder
 from ._server import build_server
 
-__all__ = ["SERVER_NAME", "memory_http_app", "memory_server"]
+__all__ = [
+    "DEFAULT_MAX_SESSIONS",
+    "DEFAULT_MAX_SESSIONS_PER_USER",
+    "DEFAULT_SESSION_IDLE_TIMEOUT",
+    "SERVER_NAME",
+    "check_sessions",
+    "memory_http_app",
+    "memory_server",
+]
 
 SERVER_NAME: Final = "psych-memory"
 """The name the server announces to clients."""
+
+DEFAULT_MAX_SESSIONS: Final = 1000
+"""The most HTTP sessions open at once, for all end users, unless told otherwise."""
+
+DEFAULT_MAX_SESSIONS_PER_USER: Final = 16
+"""The most HTTP sessions one end user may hold, unless told otherwise."""
+
+DEFAULT_SESSION_IDLE_TIMEOUT: Final = 600.0
+"""Seconds after which an idle HTTP session (no request in flight) is closed, by default."""
 
 
 def memory_server(
@@ -63,6 +89,11 @@ def memory_http_app(  # noqa: PLR0913 - keyword-only settings
     required_scopes: Sequence[str] = (),
     host: str = "127.0.0.1",
     path: str = "/mcp",
+    max_sessions: int = DEFAULT_MAX_SESSIONS,
+    max_sessions_per_user: int = DEFAULT_MAX_SESSIONS_PER_USER,
+    session_idle_timeout: float = DEFAULT_SESSION_IDLE_TIMEOUT,
+    allowed_hosts: Sequence[str] = (),
+    allowed_origins: Sequence[str] = (),
     **limits: int | None,
 ) -> Starlette:
     """Serve every signed-in end user's own memory over streamable HTTP.
@@ -74,21 +105,40 @@ def memory_http_app(  # noqa: PLR0913 - keyword-only settings
     never reach each other's facts, and sessions stay bound to the token that
     opened them.
 
+    A request whose token cannot be checked now (the verifier raises: for
+    `JwtVerifier`, its JWKS cannot be fetched) gets HTTP 503 with
+    ``Retry-After`` when known. A request that would open a session beyond
+    ``max_sessions`` gets 503, beyond the end user's
+    ``max_sessions_per_user`` 429. A request whose ``Host`` or ``Origin`` is
+    not allowed gets 421 or 403 (see ``allowed_hosts``). A ``tools/call``
+    whose arguments repeat a key is refused as the Python tools refuse it.
+
     Args:
         memory: The store shared by all users. The caller opens and closes it.
         verifier: Checks bearer tokens (`JwtVerifier`, or any object with the
             SDK's ``TokenVerifier`` method ``verify_token``). It must check the
             token's audience itself and return an ``AccessToken`` with
-            ``subject`` and ``claims["iss"]`` set.
+            ``subject`` and ``claims["iss"]`` set, or ``None`` to refuse; it
+            may raise `KeysUnavailableError` when it cannot check tokens now.
         issuer_url: The authorization server, announced in the protected
             resource metadata.
         resource_server_url: This server's public URL (the MCP endpoint).
         tenant: The tenant of every user.
         tenant_claim: The claim holding the tenant, instead of ``tenant``.
         required_scopes: Scopes every token must carry.
-        host: The host the app will be served on; for a loopback host the
-            SDK's DNS-rebinding protection is switched on.
+        host: The address the app will be served on.
         path: The path of the MCP endpoint.
+        max_sessions: The most sessions open at once, for all users.
+        max_sessions_per_user: The most sessions one end user may hold.
+        session_idle_timeout: Seconds after which a session with no request
+            in flight is closed.
+        allowed_hosts: ``Host`` values accepted besides the host of
+            ``resource_server_url``, the bind address on any port and, for a
+            loopback or wildcard bind, the loopback names on any port
+            (``name:*`` accepts any port).
+        allowed_origins: ``Origin`` values accepted besides the origin of
+            ``resource_server_url`` and, for a loopback bind, the loopback
+            origins; a request without ``Origin`` is accepted.
         **limits: The limits `memory_tools` takes, for every user's tools.
 
     Returns:
@@ -99,7 +149,9 @@ def memory_http_app(  # noqa: PLR0913 - keyword-only settings
         TypeError: ``memory`` is not a `MemoryStore`, ``tenant`` is not a
             `str`, or a limit is not one `memory_tools` takes.
         ValueError: Not exactly one of ``tenant`` and ``tenant_claim`` is
-            given, or a limit is out of range.
+            given, a limit is out of range, or a session setting is not
+            positive (``max_sessions_per_user`` above ``max_sessions``
+            included).
         InvalidKeyError: ``tenant`` breaks a key rule.
     """
     if not isinstance(memory, MemoryStore):
@@ -109,10 +161,11 @@ def memory_http_app(  # noqa: PLR0913 - keyword-only settings
     if tenant is not None:
         # Checked now, so a bad tenant fails at launch and not on each request.
         validate_key_part(tenant, "tenant")
+    check_sessions(max_sessions, max_sessions_per_user, session_idle_timeout)
     # Built once here so that a bad limit fails now, not on each request.
     memory_tools(memory, scope=tenant or "launch-check", end_user_id="launch-check", **limits)
     bind = token_binder(memory, tenant=tenant, tenant_claim=tenant_claim, limits=limits)
-    server = build_server(bind, name=SERVER_NAME)
+    server = build_server(bind, name=SERVER_NAME, arguments_as_sent=True)
     auth = AuthSettings(
         issuer_url=issuer_url,  # type: ignore[arg-type]
         resource_server_url=resource_server_url,  # type: ignore[arg-type]
@@ -120,6 +173,52 @@ def memory_http_app(  # noqa: PLR0913 - keyword-only settings
         # The verifier checks the audience; see JwtVerifier.
         validate_token_resource=False,
     )
-    return server.streamable_http_app(
-        streamable_http_path=path, host=host, auth=auth, token_verifier=verifier
+    security = transport_security(
+        host=host,
+        resource_server_url=resource_server_url,
+        allowed_hosts=allowed_hosts,
+        allowed_origins=allowed_origins,
     )
+    app = server.streamable_http_app(
+        streamable_http_path=path,
+        host=host,
+        auth=auth,
+        token_verifier=CheckingVerifier(verifier),
+        transport_security=security,
+        max_sessions=max_sessions,
+        session_idle_timeout=session_idle_timeout,
+    )
+    # Inside authentication, which sets the user they count sessions for.
+    app.user_middleware.append(Middleware(RepeatedKeys, path=path))
+    app.user_middleware.append(
+        Middleware(
+            SessionsPerUser,
+            path=path,
+            per_user=max_sessions_per_user,
+            idle_timeout=session_idle_timeout,
+        )
+    )
+    # Outside authentication, where the verifier's failure surfaces.
+    app.add_middleware(AnswerUncheckable)
+    return app
+
+
+def check_sessions(max_sessions: int, per_user: int, idle_timeout: float) -> None:
+    """Refuse session settings that are not positive, or a per-user bound above the total.
+
+    Raises:
+        TypeError: A count is not an `int`, or the timeout not a number.
+        ValueError: A setting is out of range.
+    """
+    for name, value in (("max_sessions", max_sessions), ("max_sessions_per_user", per_user)):
+        if type(value) is not int:
+            raise TypeError(f"{name} must be an int, not {type(value).__qualname__}")
+        if value < 1:
+            raise ValueError(f"{name} must be at least 1")
+    if per_user > max_sessions:
+        raise ValueError("max_sessions_per_user must not exceed max_sessions")
+    timeout: object = idle_timeout
+    if not isinstance(timeout, int | float) or isinstance(timeout, bool):
+        raise TypeError("session_idle_timeout must be a number of seconds")
+    if not (math.isfinite(idle_timeout) and idle_timeout > 0):
+        raise ValueError("session_idle_timeout must be a positive, finite number of seconds")

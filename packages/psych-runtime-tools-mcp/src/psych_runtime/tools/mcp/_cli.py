@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import math
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
@@ -24,14 +25,33 @@ from psych_runtime.memory.port import (
 )
 from psych_runtime.tools.builtins import memory_tools
 
-from ._app import memory_http_app, memory_server
-from ._jwt import JwtVerifier
+from ._app import (
+    DEFAULT_MAX_SESSIONS,
+    DEFAULT_MAX_SESSIONS_PER_USER,
+    DEFAULT_SESSION_IDLE_TIMEOUT,
+    check_sessions,
+    memory_http_app,
+    memory_server,
+)
+from ._jwt import ALGORITHMS, JwtVerifier
 from ._uvicorn import serve_http
 
 __all__ = ["main"]
 
 _PROG = "psych-memory-mcp"
 _OPTION_OF_ARGUMENT = {"end_user_id": "--user"}
+_HTTP_ONLY = (
+    "tenant_claim",
+    "audience",
+    "jwks_url",
+    "jwt_key_file",
+    "resource_url",
+    "jwks_timeout",
+    "max_sessions",
+    "max_sessions_per_user",
+    "session_idle_timeout",
+)
+_HTTP_ONLY_LISTS = ("issuer", "scope", "algorithm", "allowed_host", "allowed_origin")
 _LIMITS = {
     "max_facts": "the most facts one end user may hold",
     "max_fact_length": "the most characters of one fact",
@@ -99,12 +119,58 @@ def _parser() -> _Parser:
     http.add_argument("--jwt-key-file", type=Path, help="a PEM public key, instead of --jwks-url")
     http.add_argument("--resource-url", help="this endpoint's public URL (default: --audience)")
     http.add_argument("--scope", action="append", default=[], help="a scope tokens must carry")
+    http.add_argument(
+        "--algorithm",
+        action="append",
+        default=[],
+        choices=ALGORITHMS,
+        metavar="ALG",
+        help=f"an accepted signature algorithm (repeatable; default: all, {', '.join(ALGORITHMS)})",
+    )
+    http.add_argument(
+        "--jwks-timeout",
+        type=_seconds,
+        help="the most seconds one fetch of the JWKS may take (default: 5)",
+    )
+    http.add_argument(
+        "--max-sessions",
+        type=_count,
+        help=f"the most sessions open at once, for all users (default: {DEFAULT_MAX_SESSIONS})",
+    )
+    http.add_argument(
+        "--max-sessions-per-user",
+        type=_count,
+        help=f"the most sessions one end user may hold (default: {DEFAULT_MAX_SESSIONS_PER_USER})",
+    )
+    http.add_argument(
+        "--session-idle-timeout",
+        type=_seconds,
+        help=(
+            "seconds after which a session with no request in flight is closed "
+            f"(default: {DEFAULT_SESSION_IDLE_TIMEOUT:.0f})"
+        ),
+    )
+    http.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        help="a Host header to accept besides the public URL's (repeatable; NAME:* for any port)",
+    )
+    http.add_argument(
+        "--allowed-origin",
+        action="append",
+        default=[],
+        help="an Origin header to accept besides the public URL's (repeatable)",
+    )
     return parser
 
 
 def _main_stdio(parser: _Parser, args: argparse.Namespace) -> int:
-    for option in ("tenant_claim", "audience", "jwks_url", "jwt_key_file", "resource_url"):
+    for option in _HTTP_ONLY:
         if getattr(args, option) is not None:
+            parser.error(f"--{option.replace('_', '-')} is for --http only")
+    for option in _HTTP_ONLY_LISTS:
+        if getattr(args, option):
             parser.error(f"--{option.replace('_', '-')} is for --http only")
     if args.tenant is None or args.user is None:
         parser.error("--tenant and --user are required over stdio")
@@ -130,8 +196,13 @@ def _main_http(parser: _Parser, args: argparse.Namespace) -> int:
         parser.error("give exactly one of --tenant and --tenant-claim")
     if not args.issuer or not args.audience:
         parser.error("--issuer and --audience are required with --http")
+    if any("#" in issuer for issuer in args.issuer):
+        parser.error("--issuer must not contain '#' (it separates issuer and subject)")
     if (args.jwks_url is None) == (args.jwt_key_file is None):
         parser.error("give exactly one of --jwks-url and --jwt-key-file")
+    if args.jwt_key_file is not None and args.jwks_timeout is not None:
+        parser.error("--jwks-timeout is for --jwks-url only")
+    max_sessions, per_user, idle_timeout = _checked_sessions(parser, args)
     if args.tenant is not None:
         try:
             validate_key_part(args.tenant, "tenant")
@@ -143,7 +214,12 @@ def _main_http(parser: _Parser, args: argparse.Namespace) -> int:
         parser.error(f"--jwt-key-file cannot be read ({type(error).__name__})")
     limits = _checked_limits(parser, args)
     verifier = JwtVerifier(
-        issuers=args.issuer, audience=args.audience, jwks_url=args.jwks_url, key=key
+        issuers=args.issuer,
+        audience=args.audience,
+        jwks_url=args.jwks_url,
+        key=key,
+        algorithms=args.algorithm or ALGORITHMS,
+        jwks_timeout=args.jwks_timeout or 5.0,
     )
 
     async def serve(memory: MemoryStore) -> None:
@@ -157,6 +233,11 @@ def _main_http(parser: _Parser, args: argparse.Namespace) -> int:
             required_scopes=args.scope,
             host=args.host,
             path=args.path,
+            allowed_hosts=args.allowed_host,
+            allowed_origins=args.allowed_origin,
+            max_sessions=max_sessions,
+            max_sessions_per_user=per_user,
+            session_idle_timeout=idle_timeout,
             **limits,
         )
         await serve_http(app, host=args.host, port=args.port, path=args.path)
@@ -172,6 +253,37 @@ def _limit(text: str) -> int | None:
         return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError("must be a whole number or 'none'") from None
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("must be a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("must be a number of seconds") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError("must be a positive, finite number of seconds")
+    return value
+
+
+def _checked_sessions(parser: _Parser, args: argparse.Namespace) -> tuple[int, int, float]:
+    total: int = args.max_sessions or DEFAULT_MAX_SESSIONS
+    per_user: int = args.max_sessions_per_user or DEFAULT_MAX_SESSIONS_PER_USER
+    idle: float = args.session_idle_timeout or DEFAULT_SESSION_IDLE_TIMEOUT
+    try:
+        check_sessions(total, per_user, idle)
+    except ValueError:
+        parser.error("--max-sessions-per-user must not exceed --max-sessions")
+    return total, per_user, idle
 
 
 def _checked_limits(parser: _Parser, args: argparse.Namespace) -> dict[str, int | None]:

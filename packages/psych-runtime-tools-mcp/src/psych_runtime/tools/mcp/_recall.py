@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Final
 
 from psych_runtime.tools.builtins import (
@@ -28,14 +27,14 @@ RECALL: Final = ToolSpec(
 """The spec of the ``recall`` tool: it takes no arguments at all."""
 
 
-def recall_refusal(arguments: Mapping[str, object]) -> ToolResult | None:
+def recall_refusal(arguments: object) -> ToolResult | None:
     """Refuse a ``recall`` call that passes any argument.
 
     The checks and their texts are the Python tools' own (`check_arguments`),
     so the two can never word a refusal differently.
 
     Args:
-        arguments: The arguments the client sent.
+        arguments: The arguments the client sent: a mapping, or JSON text of one.
 
     Returns:
         The tools' error result (the argument's role is named, its value

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, Final
 
 from mcp.server import Server, ServerRequestContext
@@ -35,13 +35,27 @@ from ._recall import RECALL, recall_refusal
 from ._results import no_identity, unavailable, unknown_tool
 from ._version import __version__
 
-__all__ = ["MEMORY_PROMPT", "MEMORY_RESOURCE_URI", "IdentityError", "build_server"]
+__all__ = [
+    "ARGUMENTS_AS_SENT",
+    "MEMORY_PROMPT",
+    "MEMORY_RESOURCE_URI",
+    "IdentityError",
+    "build_server",
+]
 
 MEMORY_RESOURCE_URI: Final = "memory://current-user"
 """The URI of the resource holding the current end user's memory block."""
 
 MEMORY_PROMPT: Final = "memory"
 """The name of the prompt holding the current end user's memory block."""
+
+ARGUMENTS_AS_SENT: Final = "psych-memory/arguments-as-sent"
+"""The ``_meta`` key of a ``tools/call`` that carries its arguments as JSON text, as sent.
+
+The HTTP front sets it when a key appears twice in the arguments (the
+parsed arguments keep only one of them) and removes it from every other
+call, so a server built with ``arguments_as_sent`` can trust it.
+"""
 
 _INSTRUCTIONS: Final = (
     "Long-term memory about the user you are talking to. Call recall to see what "
@@ -71,7 +85,7 @@ Binder = Callable[[], MemoryTools]
 """Returns the tools bound to the key of the request being served."""
 
 
-def build_server(bind: Binder, *, name: str) -> Server[Any]:
+def build_server(bind: Binder, *, name: str, arguments_as_sent: bool = False) -> Server[Any]:
     """Build a low-level MCP server whose every request acts for ``bind()``'s key.
 
     The low-level server is used, not ``MCPServer``: it publishes the tools'
@@ -84,11 +98,14 @@ def build_server(bind: Binder, *, name: str) -> Server[Any]:
         bind: Returns the memory tools for the current request; raises
             `IdentityError` when the request has no usable end user.
         name: The server name announced to clients.
+        arguments_as_sent: Check a ``tools/call`` whose ``_meta`` holds
+            `ARGUMENTS_AS_SENT` against that JSON text instead of the parsed
+            arguments; only for a transport that sets and strips the key.
 
     Returns:
         The server, ready for any transport.
     """
-    handlers = _Handlers(bind)
+    handlers = _Handlers(bind, arguments_as_sent=arguments_as_sent)
     return Server(
         name,
         version=__version__,
@@ -103,10 +120,11 @@ def build_server(bind: Binder, *, name: str) -> Server[Any]:
 
 
 class _Handlers:
-    __slots__ = ("_bind",)
+    __slots__ = ("_arguments_as_sent", "_bind")
 
-    def __init__(self, bind: Binder) -> None:
+    def __init__(self, bind: Binder, *, arguments_as_sent: bool) -> None:
         self._bind = bind
+        self._arguments_as_sent = arguments_as_sent
 
     def _tools(self) -> MemoryTools:
         try:
@@ -122,12 +140,18 @@ class _Handlers:
     async def call_tool(
         self, ctx: ServerRequestContext[Any], params: CallToolRequestParams
     ) -> CallToolResult:
-        result = await self._call(params.name, params.arguments or {})
+        arguments: object = params.arguments or {}
+        if self._arguments_as_sent:
+            sent = (params.meta or {}).get(ARGUMENTS_AS_SENT)
+            if isinstance(sent, str):
+                # The JSON text keeps the repeated keys the parsed arguments lost.
+                arguments = sent
+        result = await self._call(params.name, arguments)
         return CallToolResult(
             content=[TextContent(type="text", text=result.content)], is_error=result.is_error
         )
 
-    async def _call(self, name: str, arguments: Mapping[str, Any]) -> ToolResult:
+    async def _call(self, name: str, arguments: object) -> ToolResult:
         try:
             tools = self._bind()
         except IdentityError:

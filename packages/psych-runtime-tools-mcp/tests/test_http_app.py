@@ -1,0 +1,167 @@
+"""The HTTP app in the test's own process: plugged-in verifiers, odd bodies, settings it refuses."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+import httpx2
+import pytest
+from mcp.server.auth.provider import AccessToken
+from starlette.applications import Starlette
+
+from psych_runtime.memory.inproc import InProcessMemory
+from psych_runtime.tools.mcp import KeysUnavailableError, memory_http_app
+
+if TYPE_CHECKING:
+    from conftest import PythonAnswer
+
+pytestmark = pytest.mark.anyio
+
+ACCEPT = "application/json, text/event-stream"
+ISSUER = "https://idp.example"
+
+
+FAILURES: dict[str, Exception] = {
+    "raise": RuntimeError("the introspection endpoint is down"),
+    "keys": KeysUnavailableError(7.2),
+}
+
+
+class Verifier:
+    """Answers by the token's text: a subject, ``raise``, ``keys`` or ``anonymous``."""
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        failure = FAILURES.get(token)
+        if failure is not None:
+            raise failure
+        subject = {"anonymous": None}.get(token, token)
+        claims = {"iss": ISSUER}
+        return AccessToken(
+            token=token,
+            client_id="desk",
+            scopes=[],
+            expires_at=int(time.time()) + 300,
+            subject=subject,
+            claims=claims,
+        )
+
+
+def app(**settings: Any) -> Starlette:
+    return memory_http_app(
+        InProcessMemory(),
+        verifier=Verifier(),
+        issuer_url=ISSUER,
+        resource_server_url="https://memory.example/mcp",
+        tenant="acme",
+        **settings,
+    )
+
+
+@asynccontextmanager
+async def client(served: Starlette) -> AsyncIterator[httpx2.AsyncClient]:
+    transport = httpx2.ASGITransport(app=served)
+    async with (
+        served.router.lifespan_context(served),
+        httpx2.AsyncClient(transport=transport, base_url="http://127.0.0.1:8000") as http,
+    ):
+        yield http
+
+
+def headers(token: str, **extra: str) -> dict[str, str]:
+    return {"Accept": ACCEPT, "Authorization": f"Bearer {token}", **extra}
+
+
+async def test_a_verifier_that_fails_gets_503_not_500(
+    initialize: dict[str, Any], anyio_backend: str
+) -> None:
+    async with client(app()) as http:
+        failed = await http.post("/mcp", headers=headers("raise"), json=initialize)
+        assert failed.status_code == 503
+        assert "retry-after" not in failed.headers
+        assert failed.json()["error"] == "temporarily_unavailable"
+        keys = await http.post("/mcp", headers=headers("keys"), json=initialize)
+        assert keys.status_code == 503
+        assert keys.headers["retry-after"] == "8"
+        assert (await http.post("/mcp", headers=headers("alice"), json=initialize)).is_success
+        # A verifier that names no subject still has its sessions counted.
+        anonymous = await http.post("/mcp", headers=headers("anonymous"), json=initialize)
+        assert anonymous.is_success
+
+
+async def _session(
+    http: httpx2.AsyncClient, token: str, initialize: dict[str, Any]
+) -> dict[str, str]:
+    opened = await http.post("/mcp", headers=headers(token), json=initialize)
+    assert opened.is_success
+    session = headers(
+        token,
+        **{
+            "Content-Type": "application/json",
+            "Mcp-Session-Id": opened.headers["mcp-session-id"],
+            "Mcp-Protocol-Version": "2025-06-18",
+        },
+    )
+    note = b'{"jsonrpc":"2.0","method":"notifications/initialized"}'
+    assert (await http.post("/mcp", headers=session, content=note)).is_success
+    return session
+
+
+def _result(response: httpx2.Response) -> Any:
+    for line in response.text.splitlines():
+        if line.startswith("data: "):
+            return json.loads(line[len("data: ") :])
+    return None
+
+
+async def test_odd_bodies_reach_the_sdk_unchanged_or_marked(
+    initialize: dict[str, Any], python_answer: PythonAnswer, anyio_backend: str
+) -> None:
+    async with client(app()) as http:
+        session = await _session(http, "bob", initialize)
+        for body in (b"not json", b"[1, 2]", b'{"jsonrpc":"2.0","id":3,"method":"tools/call"}'):
+            answered = await http.post("/mcp", headers=session, content=body)
+            assert answered.status_code < 500, body
+        nested = '{"content": "A", "tags": [{"x": 1, "x": 2}]}'
+        raw = (
+            '{"jsonrpc":"2.0","id":4,"method":"tools/call",'
+            f'"params":{{"name":"remember","arguments":{nested}}}}}'
+        )
+        answered = await http.post("/mcp", headers=session, content=raw.encode())
+        (block,) = _result(answered)["result"]["content"]
+        assert block["text"] == (await python_answer("remember", nested)).content
+
+
+async def test_an_ipv6_bind_accepts_its_own_host(
+    initialize: dict[str, Any], anyio_backend: str
+) -> None:
+    for host in ("::1", "::"):
+        async with client(app(host=host)) as http:
+            own = headers("carol", Host="[::1]:8000")
+            assert (await http.post("/mcp", headers=own, json=initialize)).is_success
+            evil = headers("carol", Host="evil.example")
+            assert (await http.post("/mcp", headers=evil, json=initialize)).status_code == 421
+
+
+@pytest.mark.parametrize(
+    ("settings", "error"),
+    [
+        ({"max_sessions": 0}, ValueError),
+        ({"max_sessions_per_user": 0}, ValueError),
+        ({"max_sessions": 2, "max_sessions_per_user": 3}, ValueError),
+        ({"max_sessions": "10"}, TypeError),
+        ({"max_sessions_per_user": 1.5}, TypeError),
+        ({"session_idle_timeout": float("nan")}, ValueError),
+        ({"session_idle_timeout": 0}, ValueError),
+        ({"session_idle_timeout": "600"}, TypeError),
+        ({"session_idle_timeout": True}, TypeError),
+    ],
+)
+def test_session_settings_out_of_range_are_refused(
+    settings: dict[str, Any], error: type[Exception]
+) -> None:
+    with pytest.raises(error, match=r"max_sessions|session_idle_timeout"):
+        app(**settings)
