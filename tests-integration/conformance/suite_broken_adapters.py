@@ -23,6 +23,7 @@ from hypothesis import Phase, settings
 
 from psych_runtime.memory.conformance import MemoryStoreContract
 from psych_runtime.memory.inproc import InProcessMemory
+from psych_runtime.memory.inproc._facts import Facts
 from psych_runtime.memory.port import (
     InvalidInputError,
     Memory,
@@ -103,7 +104,7 @@ class Correct(InProcessMemory):
                     if held == memory:
                         return False
                     raise InvalidInputError("memory.id", "is the id of a different stored fact")
-            self._facts.setdefault(memory.key, {})[memory.id] = memory
+            self._add_locked(memory)
             return True
 
 
@@ -157,7 +158,7 @@ class OrdersByTimestamp(Correct):
         key = memory_key(scope, end_user_id)
         fact = Memory(str(next(self._ids)), key, validate_content(content), self._now)
         with self._lock:
-            self._facts.setdefault(key, {})[fact.id] = fact
+            self._add_locked(fact)
         return fact
 
     @refuses_when_closed
@@ -203,7 +204,7 @@ class ForgetIgnoresKey(Correct):
         memory_id = validate_memory_id(memory_id)
         with self._lock:
             for facts in self._facts.values():
-                if facts.pop(memory_id, None) is not None:
+                if facts.discard(memory_id):
                     return True
         return False
 
@@ -306,7 +307,7 @@ class ValidatesAfterStoring(Correct):
         key = memory_key(scope, end_user_id)
         fact = Memory(uuid4().hex, key, content, datetime.now(UTC))
         with self._lock:
-            self._facts.setdefault(key, {})[fact.id] = fact
+            self._add_locked(fact)
         validate_content(content)
         return fact
 
@@ -320,12 +321,14 @@ class LosesConcurrentWrites(Correct):
     async def remember(self, scope: Scope, end_user_id: str, content: str) -> Memory:
         key = memory_key(scope, end_user_id)
         content = validate_content(content)
-        facts = dict(self._facts.get(key, {}))
+        facts = Facts()
+        for held in self._facts.get(key, {}).values():
+            facts.add(held)
         # A round trip to a database would yield here too; a concurrent
         # remember lands in between and is overwritten below.
         await anyio.lowlevel.checkpoint()
         fact = Memory(uuid4().hex, key, content, datetime.now(UTC))
-        facts[fact.id] = fact
+        facts.add(fact)
         self._facts[key] = facts
         return fact
 
@@ -460,7 +463,7 @@ class CancelledRememberLandsLater(_LandsLater):
             with self._lock:
                 if self._closed:
                     raise StoreClosedError("remember")
-                self._facts.setdefault(key, {})[fact.id] = fact
+                self._add_locked(fact)
 
         await self._send(insert)
         return fact
@@ -480,10 +483,10 @@ class CancelledForgetLandsLater(_LandsLater):
             with self._lock:
                 if self._closed:
                     raise StoreClosedError("forget")
-                facts = self._facts.get(key, {})
-                deleted.append(facts.pop(memory_id, None) is not None)
-                if not facts:
-                    self._facts.pop(key, None)
+                facts = self._facts.get(key)
+                deleted.append(facts is not None and facts.discard(memory_id))
+                if facts is not None and not facts:
+                    del self._facts[key]
 
         await self._send(delete)
         return deleted[0]
@@ -542,8 +545,8 @@ class RestoreOverwrites(Correct):
         validate_content(memory.content)
         with self._lock:
             for facts in self._facts.values():
-                facts.pop(memory.id, None)
-            self._facts.setdefault(memory.key, {})[memory.id] = memory
+                facts.discard(memory.id)
+            self._add_locked(memory)
         return True
 
 

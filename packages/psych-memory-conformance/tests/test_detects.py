@@ -155,7 +155,7 @@ class CountingIds(InProcessMemory):
         key = memory_key(scope, end_user_id)
         fact = Memory(str(next(self._ids)), key, validate_content(content), datetime.now(UTC))
         with self._lock:
-            self._facts.setdefault(key, {})[fact.id] = fact
+            self._add_locked(fact)
         return fact
 
 
@@ -392,14 +392,14 @@ class CancelledRememberLandsLater(InProcessMemory):
             self._in_flight.append(fact)
             raise
         with self._lock:
-            self._facts.setdefault(key, {})[fact.id] = fact
+            self._add_locked(fact)
         return fact
 
     async def erase(self, scope: Scope, end_user_id: str) -> int:
         erased = await super().erase(scope, end_user_id)
         with self._lock:
             for fact in self._in_flight:
-                self._facts.setdefault(fact.key, {})[fact.id] = fact
+                self._add_locked(fact)
             self._in_flight.clear()
         return erased
 
@@ -445,19 +445,21 @@ class Listing(InProcessMemory):
                     if facts[memory.id] == memory:
                         return False
                     raise InvalidInputError("memory.id", "is taken by another fact")
-            self._facts.setdefault(memory.key, {})[memory.id] = memory
+            self._add_locked(memory)
         return True
 
     async def restore_many(self, memories: Iterable[Memory]) -> int:
-        given = tuple(memories)
-        with self._lock:
-            saved = {key: dict(facts) for key, facts in self._facts.items()}
+        stored: list[Memory] = []
         try:
-            return sum([await self.restore(memory) for memory in given])
+            for memory in memories:
+                # One at a time: what was stored before a refusal is known.
+                stored += [memory] if await self.restore(memory) else []
         except InvalidInputError:
-            with self._lock:
-                self._facts = saved
+            # All or none: the facts this batch stored go again.
+            for memory in stored:
+                await self.forget(memory.key.tenant, memory.key.end_user_id, memory.id)
             raise
+        return len(stored)
 
 
 class RestoresPartOfABatch(Listing):

@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from psych_runtime.memory.inproc import InProcessMemory
+from psych_runtime.memory.inproc._facts import Facts
 from psych_runtime.memory.port import (
     InvalidContentError,
     InvalidInputError,
@@ -162,7 +163,14 @@ async def test_a_store_that_never_restores_keeps_no_index_of_ids(
     await memory.end_users("acme")
     assert memory._id_index is None
     await memory.restore(fact("f1"))
-    assert memory._id_index == {kept.id: kept.key, "f1": MemoryKey("acme", "u1")}
+    table = memory._facts[MemoryKey("acme", "u1")]
+    index = id_index(memory)
+    assert index == {kept.id: table, "f1": table}
+    assert all(held is table for held in index.values())
+
+
+def id_index(memory: InProcessMemory) -> dict[str, Facts] | None:
+    return memory._id_index
 
 
 async def test_a_time_in_another_zone_is_kept_as_the_same_instant_in_utc(

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import sys
 import threading
 from collections import Counter
-from collections.abc import Iterator
 
 import anyio
 import pytest
@@ -18,14 +16,7 @@ PER_THREAD = 300
 CHURN = 1000
 
 
-@pytest.fixture(autouse=True)
-def _switch_threads_often() -> Iterator[None]:
-    # Make the interpreter switch threads far more often than usual, so that
-    # an unguarded read-modify-write would actually be interleaved.
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    yield
-    sys.setswitchinterval(interval)
+pytestmark = pytest.mark.usefixtures("switch_threads_often")
 
 
 def test_threads_each_running_their_own_loop_lose_nothing() -> None:
