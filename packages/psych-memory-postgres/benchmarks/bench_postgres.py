@@ -22,6 +22,14 @@ Markdown tables, ready to paste into ``docs/postgres.md``:
    to a million rows of other end users (target: flat). Median of three
    rounds after a warm-up round.
 
+With ``--large`` it measures instead one end user of 1, 3 and 6 million
+facts (``--large --quick``: 100,000 and 300,000), loaded straight into the
+table: ``erase`` at the default bounds, with the worst wait of a writer
+remembering for another end user every 20 ms meanwhile, beside the same
+writer's worst wait with no erase running and one plain ``DELETE`` of the
+key under the same bound (rolled back); and the time to read the key page
+by page.
+
 The figures are printed, never asserted: a benchmark that fails on a busy
 machine teaches nothing.
 """
@@ -46,7 +54,12 @@ import psycopg
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from psych_runtime.memory.postgres import PostgresMemory
+from psych_runtime.memory.port import MAX_PAGE_SIZE
+from psych_runtime.memory.postgres import (
+    DEFAULT_STATEMENT_TIMEOUT,
+    PostgresMemory,
+    StoreUnavailableError,
+)
 from psych_runtime.memory.postgres._schema import Statements
 
 DSN = os.environ.get("PSYCH_MEMORY_TEST_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test")
@@ -92,12 +105,36 @@ class Raw:
         else:
             await anyio.to_thread.run_sync(partial(_run_sync, pool, query, params))
 
+    async def erase(self, tenant: str, end_user_id: str) -> None:
+        # The adapter's erase of a key under a thousand facts: where the
+        # first batch would end (nowhere), then the rest, in a transaction.
+        lowest = -(2**63)
+        steps = (
+            (self.sql.erase_bound, (tenant, end_user_id, lowest, 999)),
+            (self.sql.erase_rest, (tenant, end_user_id, lowest)),
+        )
+        pool = self.pool
+        if isinstance(pool, AsyncConnectionPool):
+            async with pool.connection() as conn, conn.transaction(), conn.cursor() as cursor:
+                for query, params in steps:
+                    await cursor.execute(query, params)
+        else:
+            await anyio.to_thread.run_sync(_run_sync_transaction, pool, steps)
+
 
 def _run_sync(pool: ConnectionPool[Any], query: bytes, params: Sequence[object]) -> None:
     with pool.connection() as conn, conn.cursor() as cursor:
         cursor.execute(query, params)
         if cursor.description is not None:
             cursor.fetchall()
+
+
+def _run_sync_transaction(
+    pool: ConnectionPool[Any], steps: Sequence[tuple[bytes, Sequence[object]]]
+) -> None:
+    with pool.connection() as conn, conn.transaction(), conn.cursor() as cursor:
+        for query, params in steps:
+            cursor.execute(query, params)
 
 
 def _utc_session(conn: psycopg.Connection[Any]) -> None:
@@ -171,6 +208,8 @@ def workload(
     if isinstance(target, PostgresMemory):
         method = getattr(target, operation)
         return [partial(method, *call) for call in args]
+    if operation == "erase":
+        return [partial(target.erase, *call) for call in raw_args]
     query = getattr(target.sql, operation)
     return [partial(target.run, query, call) for call in raw_args]
 
@@ -278,6 +317,145 @@ async def scaling(schema: str, sizes: Sequence[int], count: int) -> list[list[st
     return lines
 
 
+WRITER_EVERY = 0.02
+"""Seconds between two calls of the writer that runs beside a large erase."""
+
+
+class Writer:
+    """Another end user's ``remember`` every 20 ms, and how long each call took."""
+
+    def __init__(self, store: PostgresMemory) -> None:
+        self.store = store
+        self.waits: list[float] = []
+        self.failures = 0
+        self.stop = anyio.Event()
+
+    async def run(self) -> None:
+        n = 0
+        while not self.stop.is_set():
+            start = perf_counter()
+            try:
+                await self.store.remember("bench", "writer", f"written while erasing {n}")
+            except StoreUnavailableError:
+                self.failures += 1
+            took = perf_counter() - start
+            self.waits.append(took)
+            n += 1
+            with anyio.move_on_after(max(0.0, WRITER_EVERY - took)):
+                await self.stop.wait()
+
+
+def load_one_user(schema: str, end_user_id: str, count: int) -> None:
+    """``count`` facts of one end user, straight into the table, then vacuumed."""
+    table = sql.Identifier(schema, "memories")
+    admin(
+        sql.SQL(
+            "INSERT INTO {} (id, tenant, end_user_id, content)"
+            " SELECT md5(%s::text || g), 'bench', %s,"
+            " 'a fact of about forty characters, say ' || g"
+            " FROM generate_series(1, %s) AS g"
+        ).format(table),
+        (end_user_id, end_user_id, count),
+    )
+    # As a key that has sat in the table for a while: visible to all, with
+    # its pages' hint bits set, as autovacuum leaves them.
+    admin(sql.SQL("VACUUM ANALYZE {}").format(table))
+
+
+def one_delete(schema: str, end_user_id: str) -> str:
+    """One plain DELETE of the key under the default bound, rolled back."""
+    table = sql.Identifier(schema, "memories")
+    with psycopg.connect(DSN) as conn:
+        bound = f"{DEFAULT_STATEMENT_TIMEOUT * 1000:.0f}ms"
+        conn.execute(sql.SQL("SET statement_timeout = {}").format(bound))
+        start = perf_counter()
+        try:
+            conn.execute(
+                sql.SQL("DELETE FROM {} WHERE tenant = 'bench' AND end_user_id = %s").format(table),
+                (end_user_id,),
+            )
+        except psycopg.errors.QueryCanceled:
+            conn.rollback()
+            return f"cancelled at {perf_counter() - start:.1f}"
+        took = perf_counter() - start
+        conn.rollback()
+        return f"{took:.1f}"
+
+
+async def with_writer(store: PostgresMemory, work: Callable[[], Awaitable[object]]) -> Writer:
+    """Run ``work`` while the writer writes; return the writer."""
+    writer = Writer(store)
+
+    async def then_stop() -> None:
+        try:
+            await work()
+        finally:
+            writer.stop.set()
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(writer.run)
+        tasks.start_soon(then_stop)
+    return writer
+
+
+async def read_in_pages(store: PostgresMemory, end_user_id: str) -> int:
+    """Read the key page by page, as an operator's export does; return the pages read."""
+    pages = 0
+    after: str | None = None
+    while True:
+        page = await store.recall_page("bench", end_user_id, after=after, size=MAX_PAGE_SIZE)
+        pages += 1
+        if len(page) < MAX_PAGE_SIZE:
+            return pages
+        after = page[-1].id
+
+
+async def erased(store: PostgresMemory, end_user_id: str, expected: int) -> None:
+    """Erase the key; a wrong count ends the benchmark."""
+    count = await store.erase("bench", end_user_id)
+    if count != expected:
+        raise RuntimeError(f"erase answered {count}, not {expected}")
+
+
+async def large(schema: str, sizes: Sequence[int]) -> list[list[str]]:
+    """Erase one end user of each size at the default bounds, a writer beside it."""
+    lines = []
+    async with PostgresMemory.connect(DSN, schema=schema) as store:
+        await store.setup()
+        await store.remember("bench", "writer", "the writer's first fact")
+        for size in sizes:
+            user = f"big{size}"
+            start = perf_counter()
+            await anyio.to_thread.run_sync(load_one_user, schema, user, size)
+            loaded = perf_counter() - start
+            plain = await anyio.to_thread.run_sync(one_delete, schema, user)
+            # The same writer with nothing else running: the baseline.
+            baseline = await with_writer(store, partial(anyio.sleep, 3))
+            start = perf_counter()
+            pages = await read_in_pages(store, user)
+            paged = perf_counter() - start
+            start = perf_counter()
+            writer = await with_writer(store, partial(erased, store, user, size))
+            took = perf_counter() - start
+            lines.append(
+                [
+                    f"{size:,}",
+                    f"{loaded:.0f}",
+                    plain,
+                    f"{took:.1f}",
+                    f"{len(writer.waits)}",
+                    f"{writer.failures}",
+                    f"{max(writer.waits) * 1000:.0f}",
+                    f"{statistics.median(writer.waits) * 1000:.1f}",
+                    f"{max(baseline.waits) * 1000:.0f}",
+                    f"{statistics.median(baseline.waits) * 1000:.1f}",
+                    f"{paged:.1f} ({pages} pages)",
+                ]
+            )
+            print(" | ".join(lines[-1]), flush=True)
+    return lines
+
+
 def table(header: list[str], rows: list[list[str]]) -> str:
     out = ["| " + " | ".join(header) + " |", "|" + "|".join("---:" for _ in header) + "|"]
     out.extend("| " + " | ".join(row) + " |" for row in rows)
@@ -287,6 +465,11 @@ def table(header: list[str], rows: list[list[str]]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="a small run of a few seconds")
+    parser.add_argument(
+        "--large",
+        action="store_true",
+        help="erase and page through one end user of 1, 3 and 6 million facts instead",
+    )
     args = parser.parse_args()
     count = 200 if args.quick else 1000
     rounds = 2 if args.quick else 8
@@ -300,6 +483,25 @@ def main() -> None:
         " rates are medians, the ratio is the median of the rounds' paired ratios\n"
     )
     try:
+        if args.large:
+            sizes = (100_000, 300_000) if args.quick else (1_000_000, 3_000_000, 6_000_000)
+            lines = anyio.run(large, schema, sizes)
+            print("\n### One end user of many facts (asyncio, `connect`, default bounds)\n")
+            header = [
+                "facts",
+                "load (s)",
+                "one DELETE (s)",
+                "erase (s)",
+                "writer calls",
+                "writer failures",
+                "writer worst (ms)",
+                "writer median (ms)",
+                "baseline worst (ms)",
+                "baseline median (ms)",
+                "read in pages (s)",
+            ]
+            print(table(header, lines))
+            return
         header = ["operation", "tasks", "adapter calls/s", "raw psycopg calls/s", "ratio"]
         for mode in MODES:
             lines = anyio.run(throughput, mode, schema, count, rounds, backend=mode.backend)

@@ -21,7 +21,7 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from psych_runtime.memory.postgres import PostgresMemory
+from psych_runtime.memory.postgres import DEFAULT_STATEMENT_TIMEOUT, PostgresMemory
 
 DSN_VARIABLE = "PSYCH_MEMORY_TEST_POSTGRES_DSN"
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
@@ -104,7 +104,13 @@ class Backdoor:
 
     @asynccontextmanager
     async def threaded_store(
-        self, dsn: str, *, min_size: int = 1, max_size: int = 8, wait: float = 20
+        self,
+        dsn: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 8,
+        wait: float = 20,
+        statement_timeout: float = DEFAULT_STATEMENT_TIMEOUT,
     ) -> AsyncIterator[PostgresMemory]:
         """A set-up store in this schema on a synchronous pool (worker threads).
 
@@ -122,7 +128,9 @@ class Backdoor:
         )
         await anyio.to_thread.run_sync(partial(pool.open, wait=True, timeout=wait))
         try:
-            async with PostgresMemory(pool, schema=self.schema) as store:
+            async with PostgresMemory(
+                pool, schema=self.schema, statement_timeout=statement_timeout
+            ) as store:
                 await store.setup()
                 yield store
         finally:
@@ -146,6 +154,21 @@ class Backdoor:
             row = await anyio.to_thread.run_sync(read)
         assert row is not None
         return tuple(str(value) for value in row)
+
+    async def wait_for_backend(self, application_name: str, condition: str) -> None:
+        """Return once a backend serving that application meets ``condition``.
+
+        ``condition`` is SQL over ``pg_stat_activity``: the server's own
+        view is the only way to see where a call in flight has got to.
+        """
+        query = sql.SQL(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s AND ({})"
+        ).format(sql.SQL(condition))
+        while True:
+            rows = await self.query(query, (application_name,))
+            if rows[0][0] >= 1:
+                return
+            await anyio.sleep(0.01)
 
     async def terminate(self, application_name: str) -> int:
         """Terminate every backend serving that application, and wait until they are gone."""

@@ -116,19 +116,8 @@ class _Locked:
 
 
 async def _wait_until_blocked(backdoor: Backdoor, name: str) -> None:
-    # The call is in flight once its backend waits for the lock. Polling the
-    # server's own view of that is the only way to observe it.
-    while True:
-        rows = await backdoor.query(
-            sql.SQL(
-                "SELECT count(*) FROM pg_stat_activity"
-                " WHERE application_name = %s AND wait_event_type = 'Lock'"
-            ),
-            (name,),
-        )
-        if rows[0][0] >= 1:
-            return
-        await anyio.sleep(0.01)
+    # The call is in flight once its backend waits for the lock.
+    await backdoor.wait_for_backend(name, "wait_event_type = 'Lock'")
 
 
 @_POOLS

@@ -393,7 +393,7 @@ async def test_a_batch_with_a_taken_id_in_another_tenant_stores_nothing(
     assert await store.recall("globex", "user-1") == ()
 
 
-@pytest.mark.parametrize("operation", ["forget", "erase"])
+@pytest.mark.parametrize("operation", ["forget", "erase batch", "erase rest"])
 @pytest.mark.parametrize(
     "setting",
     [
@@ -414,20 +414,22 @@ async def test_a_deletion_is_never_committed_asynchronously(
     session, at_commit = setting
     fact = await store.remember("acme", "user-1", "a fact")
     statements = Statements.for_schema(schema)
+    args: tuple[object, ...]
     if operation == "forget":
         statement, args = statements.forget, ("acme", "user-1", fact.id)
     else:
-        # One batch of an erase, from the first seq on.
+        # Each statement of an erase that deletes: a batch, and the rest.
         lowest = -(2**63)
-        statement = statements.erase_batch
-        args = ("acme", "user-1", lowest, 1000, "acme", "user-1", lowest)
+        statement, args = {
+            "erase batch": (statements.erase_batch, ("acme", "user-1", lowest, 2**63 - 1)),
+            "erase rest": (statements.erase_rest, ("acme", "user-1", lowest)),
+        }[operation]
 
     def delete() -> tuple[int, str, str]:
         with psycopg.connect(postgres_dsn, autocommit=True) as conn:
             conn.execute(sql.SQL("SET synchronous_commit = {}").format(sql.Literal(session)))
             with conn.transaction():
-                cursor = conn.execute(statement, args)
-                deleted = cursor.rowcount if operation == "forget" else cursor.fetchall()[0][2]
+                deleted = conn.execute(statement, args).rowcount
                 during = conn.execute("SHOW synchronous_commit").fetchone()
             after = conn.execute("SHOW synchronous_commit").fetchone()
             assert during is not None

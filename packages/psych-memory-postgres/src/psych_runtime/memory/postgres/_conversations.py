@@ -170,10 +170,11 @@ def recall_page(
 def erase(sql: Statements, key: MemoryKey, statement_timeout: float | None) -> Conversation[int]:
     """Delete every fact of the key, batch after batch; run in one transaction.
 
-    Each batch is one short statement, so none meets ``statement_timeout``
-    however many facts the key holds, and the transaction makes them one
-    change: other connections see every fact until it commits, then none.
-    The size of the next batch follows the time the last one took.
+    Each batch is two short statements (where the batch ends, then its
+    ``DELETE``), so none meets ``statement_timeout`` however many facts the
+    key holds, and the transaction makes them one change: other connections
+    see every fact until it commits, then none. The size of the next batch
+    follows the time the last one took.
     """
     target = _BATCH_SECONDS
     if statement_timeout is not None:
@@ -183,14 +184,13 @@ def erase(sql: Statements, key: MemoryKey, statement_timeout: float | None) -> C
     total = 0
     while True:
         started = monotonic()
-        rows, _ = yield (
-            sql.erase_batch,
-            (key.tenant, key.end_user_id, after, size, key.tenant, key.end_user_id, after),
-        )
-        upper, found, deleted = rows[0]
-        total += int(deleted)
-        if found < size:
-            return total
+        rows, _ = yield (sql.erase_bound, (key.tenant, key.end_user_id, after, size - 1))
+        if not rows:
+            _, deleted = yield (sql.erase_rest, (key.tenant, key.end_user_id, after))
+            return total + deleted
+        upper = rows[0][0]
+        _, deleted = yield (sql.erase_batch, (key.tenant, key.end_user_id, after, upper))
+        total += deleted
         after = upper
         size = _next_batch(size, monotonic() - started, target)
 

@@ -59,7 +59,7 @@ class SchemaVersionError(port.SchemaVersionError, PostgresMemoryError):
     schema_exists: bool
 
     def __init__(
-        self, schema: str, found: int | None, expected: int, schema_exists: bool = True
+        self, schema: str, found: int | None, expected: int, *, schema_exists: bool = True
     ) -> None:
         super().__init__(f"PostgreSQL schema {schema!r}", found, expected)
         if not schema_exists:
@@ -79,7 +79,14 @@ class SchemaVersionError(port.SchemaVersionError, PostgresMemoryError):
         self.schema_exists = schema_exists
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.schema, self.found, self.expected, self.schema_exists))
+        return (
+            _rebuild,
+            (
+                type(self),
+                (self.schema, self.found, self.expected),
+                {"schema_exists": self.schema_exists},
+            ),
+        )
 
 
 class StoreUnavailableError(port.StoreUnavailableError, PostgresMemoryError):
@@ -125,3 +132,10 @@ class ConnectionRefusedByServerError(StoreUnavailableError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.operation, self.server_message))
+
+
+def _rebuild(
+    cls: type[BaseException], args: tuple[object, ...], kwargs: dict[str, object]
+) -> BaseException:
+    # Pickle calls this to rebuild an error whose constructor takes keywords.
+    return cls(*args, **kwargs)

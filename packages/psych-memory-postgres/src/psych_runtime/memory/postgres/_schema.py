@@ -137,9 +137,7 @@ MIGRATIONS: Final[tuple[tuple[sql.SQL, ...], ...]] = (
 # ``synchronous_standby_names`` names any) has applied the delete; without
 # such a standby it waits for the local flush alone. The condition is
 # evaluated once, before the scan, whether or not a row matches.
-_SYNCED: Final = (
-    " AND (SELECT set_config('synchronous_commit', 'remote_apply', true)) IS NOT NULL"
-)
+_SYNCED: Final = " AND (SELECT set_config('synchronous_commit', 'remote_apply', true)) IS NOT NULL"
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,7 +147,8 @@ class Statements:
     Each port operation but ``erase`` is one of these statements, run on its
     own: PostgreSQL applies a single statement atomically, so no partial
     state is ever visible to another connection. ``erase`` runs
-    ``erase_batch`` as often as the key needs, inside one transaction.
+    ``erase_bound`` and ``erase_batch`` as often as the key needs, then
+    ``erase_rest``, inside one transaction.
 
     Every time is read as ``created_at AT TIME ZONE 'UTC'``, a time without
     zone in UTC: the session's ``TimeZone`` can neither shift it nor push it
@@ -163,7 +162,9 @@ class Statements:
     forget: bytes
     recall: bytes
     page: bytes
+    erase_bound: bytes
     erase_batch: bytes
+    erase_rest: bytes
     tenants: bytes
     end_users: bytes
     fact_counts: bytes
@@ -237,19 +238,22 @@ class Statements:
                 " WHERE tenant = %s AND end_user_id = %s AND seq > anchor.seq"
                 " ORDER BY seq LIMIT %s::bigint) AS page ON true ORDER BY page.seq"
             ),
-            # One batch of an erase: the next rows of the key after the seq
-            # ``after`` (so the index scan starts past the rows earlier
-            # batches of the same transaction deleted, never walking them
-            # again), at most ``size`` of them. Answers the last seq the
-            # batch reached, how many rows it found and how many it deleted.
+            # An erase goes batch by batch through the key's part of the
+            # primary key, each batch starting after the last seq of the one
+            # before, so no scan walks again the rows earlier batches of
+            # the same transaction deleted. ``erase_bound`` finds the seq
+            # that ends the next batch of n rows (OFFSET n - 1), none when
+            # fewer are left; ``erase_rest`` then deletes those.
+            erase_bound=render(
+                "SELECT seq FROM {memories} WHERE tenant = %s AND end_user_id = %s"
+                " AND seq > %s ORDER BY seq OFFSET %s::bigint LIMIT 1"
+            ),
             erase_batch=render(
-                "WITH bound AS (SELECT max(seq) AS upper, count(*) AS found FROM"
-                " (SELECT seq FROM {memories} WHERE tenant = %s AND end_user_id = %s"
-                " AND seq > %s ORDER BY seq LIMIT %s::bigint) AS batch),"
-                " gone AS (DELETE FROM {memories} WHERE tenant = %s AND end_user_id = %s"
-                " AND seq > %s AND seq <= (SELECT upper FROM bound){synced} RETURNING 1)"
-                " SELECT (SELECT upper FROM bound), (SELECT found FROM bound),"
-                " (SELECT count(*) FROM gone)"
+                "DELETE FROM {memories} WHERE tenant = %s AND end_user_id = %s"
+                " AND seq > %s AND seq <= %s{synced}"
+            ),
+            erase_rest=render(
+                "DELETE FROM {memories} WHERE tenant = %s AND end_user_id = %s AND seq > %s{synced}"
             ),
             # The "C" collation sorts UTF-8 bytes, which is code point order.
             tenants=render("SELECT DISTINCT tenant FROM {memories} ORDER BY tenant"),

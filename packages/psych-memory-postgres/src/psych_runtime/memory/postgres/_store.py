@@ -206,7 +206,9 @@ class PostgresMemory(MemoryStore):
         to UTC. One connection is tried first: when the server refuses it (a
         wrong password, a role or database that does not exist, a bad
         option), opening fails at once with the server's words rather than
-        after ``pool_timeout``. Opening creates nothing: `setup` does. Opened on asyncio, the pool is psycopg's asynchronous pool,
+        after ``pool_timeout``. Opening creates nothing: `setup` does.
+
+        Opened on asyncio, the pool is psycopg's asynchronous pool,
         used with no thread hop on the loop that opened it; calls from any
         other event loop (trio, or a thread running a loop of its own) run
         on a synchronous pool of the same settings in worker threads, opened
@@ -770,7 +772,9 @@ async def _first_connection(conninfo: str, wait: float) -> str | None:
     except psycopg.Error:
         # libpq's message may quote the string, password included.
         raise ValueError("conninfo is not a connection string libpq accepts") from None
-    bound = {} if "connect_timeout" in settings else {"connect_timeout": max(2, math.ceil(wait))}
+    bound: dict[str, Any] = (
+        {} if "connect_timeout" in settings else {"connect_timeout": max(2, math.ceil(wait))}
+    )
     try:
         if running_loop() is not None:
             conn = await AsyncConnection.connect(conninfo, **bound)
