@@ -8,7 +8,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import pytest
@@ -17,6 +17,10 @@ from mcp.types import CallToolResult, TextContent
 
 from psych_runtime.memory.admin import store_schemes
 from psych_runtime.memory.sqlite import SqliteMemory
+from psych_runtime.tools.mcp._server import ARGUMENTS_AS_SENT
+
+if TYPE_CHECKING:
+    from conftest import PythonAnswer
 
 pytestmark = pytest.mark.anyio
 
@@ -137,3 +141,50 @@ def test_a_bad_key_is_refused_at_launch_in_one_line(db_path: Path) -> None:
     assert done.stderr.startswith("psych-memory-mcp: error: --user ")
     assert "alice" not in done.stderr
     assert not db_path.exists()
+
+
+async def test_arguments_with_a_repeated_key_are_refused_over_stdio_too(
+    anyio_backend: str, python_answer: PythonAnswer, initialize: dict[str, Any]
+) -> None:
+    repeated = '{"content": "A", "content": "B"}'
+
+    def call(number: int, name: str, arguments: str, meta: dict[str, str] | None = None) -> str:
+        extra = "" if meta is None else f',"_meta":{json.dumps(meta)}'
+        params = f'{{"name":"{name}","arguments":{arguments}{extra}}}'
+        return f'{{"jsonrpc":"2.0","id":{number},"method":"tools/call","params":{params}}}'
+
+    lines = [
+        json.dumps(initialize),
+        '{"jsonrpc":"2.0","method":"notifications/initialized"}',
+        call(2, "remember", repeated),
+        # Set by the client, the key that carries arguments as sent is ignored.
+        call(3, "remember", '{"content":"kept"}', {ARGUMENTS_AS_SENT: repeated}),
+        call(4, "recall", "{}"),
+    ]
+    environment = {name: value for name, value in os.environ.items() if name.startswith("COV")}
+    command = [script(), "--store", "memory:", "--tenant", TENANT, "--user", USER]
+    answers: dict[int, Any] = {}
+    with anyio.fail_after(60):
+        async with await anyio.open_process(command, env=environment) as process:
+            assert process.stdin is not None
+            assert process.stdout is not None
+            await process.stdin.send(("\n".join(lines) + "\n").encode())
+            received = b""
+            async for chunk in process.stdout:
+                received += chunk
+                answers = {
+                    message["id"]: message["result"]
+                    for message in map(json.loads, received.splitlines())
+                    if "id" in message
+                }
+                if 4 in answers:
+                    break
+            await process.stdin.aclose()
+    (refused,) = answers[2]["content"]
+    assert answers[2]["isError"] is True
+    assert refused["text"] == (await python_answer("remember", repeated)).content
+    assert answers[3]["isError"] is False
+    recalled = answers[4]["content"][0]["text"]
+    assert '"kept"' in recalled
+    assert '"A"' not in recalled
+    assert '"B"' not in recalled

@@ -13,7 +13,6 @@ from typing import NoReturn
 
 import anyio
 
-from mcp.server.stdio import stdio_server
 from psych_runtime.memory.admin import StoreBackendError, open_memory
 from psych_runtime.memory.inproc import InProcessMemory
 from psych_runtime.memory.port import (
@@ -29,11 +28,13 @@ from ._app import (
     DEFAULT_MAX_SESSIONS,
     DEFAULT_MAX_SESSIONS_PER_USER,
     DEFAULT_SESSION_IDLE_TIMEOUT,
+    SERVER_NAME,
     check_sessions,
     memory_http_app,
-    memory_server,
 )
 from ._jwt import ALGORITHMS, JwtVerifier
+from ._server import build_server
+from ._stdio import marked_stdio
 from ._uvicorn import serve_http
 
 __all__ = ["main"]
@@ -182,8 +183,10 @@ def _main_stdio(parser: _Parser, args: argparse.Namespace) -> int:
     limits = _checked_limits(parser, args)
 
     async def serve(memory: MemoryStore) -> None:
-        server = memory_server(memory, scope=args.tenant, end_user_id=args.user, **limits)
-        async with stdio_server() as (read_stream, write_stream):
+        tools = memory_tools(memory, scope=args.tenant, end_user_id=args.user, **limits)
+        # As memory_server, but trusting ARGUMENTS_AS_SENT, which marked_stdio sets and strips.
+        server = build_server(lambda: tools, name=SERVER_NAME, arguments_as_sent=True)
+        async with marked_stdio() as (read_stream, write_stream):
             await server.run(read_stream, write_stream, server.create_initialization_options())
 
     return anyio.run(_with_store, parser, args.store, serve)

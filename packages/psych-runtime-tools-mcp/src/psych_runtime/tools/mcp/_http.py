@@ -8,7 +8,7 @@ import logging
 import math
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 from urllib.parse import urlsplit
 
 import anyio
@@ -24,7 +24,7 @@ from mcp.server.transport_security import (
 from mcp.types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from ._jwt import JwtVerifier, KeysUnavailableError
-from ._server import ARGUMENTS_AS_SENT
+from ._repeats import mark_repeats
 
 __all__ = [
     "AnswerUncheckable",
@@ -321,11 +321,8 @@ class RepeatedKeys:
     """Mark a ``tools/call`` whose arguments repeat a key, so the tools refuse it.
 
     The SDK parses the request body keeping only the last of two equal keys.
-    This reads the body first: for a ``tools/call`` whose arguments hold a
-    repeated key at any depth, it puts the arguments as sent (JSON text) in
-    the call's ``_meta`` under `ARGUMENTS_AS_SENT`, and it removes that key
-    from every other call's ``_meta``. A body it cannot read as JSON, or one
-    larger than the SDK accepts, goes on unchanged (the SDK refuses it).
+    This reads the body first and marks it with `mark_repeats`. A body
+    larger than the SDK accepts goes on unchanged (the SDK refuses it).
     """
 
     def __init__(self, app: ASGIApp, *, path: str) -> None:
@@ -354,7 +351,7 @@ class RepeatedKeys:
                 break
         body = b"".join(chunks)
         if complete and size <= DEFAULT_MAX_REQUEST_BODY_SIZE:
-            marked = _marked(body)
+            marked = mark_repeats(body)
             if marked is not None:
                 body = marked
                 scope = {**scope, "headers": _with_length(scope["headers"], len(body))}
@@ -371,65 +368,3 @@ class RepeatedKeys:
 def _with_length(headers: list[tuple[bytes, bytes]], length: int) -> list[tuple[bytes, bytes]]:
     kept = [(name, value) for name, value in headers if name.lower() != b"content-length"]
     return [*kept, (b"content-length", str(length).encode())]
-
-
-class _Repeats(dict[str, Any]):
-    """A JSON object in which a key appeared twice; ``pairs`` keeps them all."""
-
-    pairs: list[tuple[str, Any]]
-
-
-def _keep_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result = dict(pairs)
-    if len(result) == len(pairs):
-        return result
-    marked = _Repeats(result)
-    marked.pairs = pairs
-    return marked
-
-
-def _marked(body: bytes) -> bytes | None:
-    """The body with each ``tools/call`` marked or unmarked, or ``None`` to keep it as it is."""
-    try:
-        parsed = json.loads(body, object_pairs_hook=_keep_pairs)
-    except (ValueError, RecursionError):
-        return None
-    messages = parsed if isinstance(parsed, list) else [parsed]
-    changed = False
-    for message in messages:
-        if not isinstance(message, dict) or message.get("method") != "tools/call":
-            continue
-        params = message.get("params")
-        if not isinstance(params, dict):
-            continue
-        meta = params.get("_meta")
-        if isinstance(meta, dict) and meta.pop(ARGUMENTS_AS_SENT, None) is not None:
-            changed = True
-        try:
-            sent, repeated = _as_sent(params.get("arguments"))
-        except RecursionError:
-            return None
-        if repeated:
-            meta = meta if isinstance(meta, dict) else {}
-            params["_meta"] = {**meta, ARGUMENTS_AS_SENT: sent}
-            changed = True
-    if not changed:
-        return None
-    return json.dumps(parsed, separators=(",", ":")).encode()
-
-
-def _as_sent(value: object) -> tuple[str, bool]:
-    """JSON text of ``value`` with every key as often as it was sent, and whether one repeats."""
-    if isinstance(value, dict):
-        pairs = value.pairs if isinstance(value, _Repeats) else list(value.items())
-        repeated = len(pairs) > len(value)
-        parts = []
-        for key, item in pairs:
-            text, inner = _as_sent(item)
-            parts.append(f"{json.dumps(key)}:{text}")
-            repeated = repeated or inner
-        return "{" + ",".join(parts) + "}", repeated
-    if isinstance(value, list):
-        items = [_as_sent(item) for item in value]
-        return "[" + ",".join(text for text, _ in items) + "]", any(inner for _, inner in items)
-    return json.dumps(value), False
