@@ -1,11 +1,19 @@
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import random
+import sqlite3
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import closing
 from pathlib import Path
 
 import pytest
 
 from psych_runtime.memory.sqlite import SqliteMemory
+
+# The fixtures' types, as the test modules spell them.
+Stored = Callable[[Path, str], int]
+Load = Callable[[Path, str, int], None]
 
 
 @pytest.fixture
@@ -17,3 +25,42 @@ def db_path(tmp_path: Path) -> Path:
 async def memory(db_path: Path, anyio_backend: str) -> AsyncIterator[SqliteMemory]:
     async with SqliteMemory(db_path) as store:
         yield store
+
+
+def _stored(db_path: Path, end_user: str) -> int:
+    # A separate connection sees every committed row.
+    with closing(sqlite3.connect(db_path)) as raw:
+        (count,) = raw.execute(
+            "SELECT count(*) FROM psych_memory_fact WHERE end_user_id = ?", (end_user,)
+        ).fetchone()
+    return int(count)
+
+
+@pytest.fixture
+def stored() -> Stored:
+    """How many facts of an end user of tenant "acme" the file holds, committed."""
+    return _stored
+
+
+def _load(db_path: Path, end_user: str, count: int) -> None:
+    rng = random.Random(end_user)
+    with closing(sqlite3.connect(db_path, isolation_level=None)) as raw:
+        raw.execute("BEGIN IMMEDIATE")
+        raw.executemany(
+            "INSERT INTO psych_memory_fact (tenant, end_user_id, seq, id, content, created_at) "
+            "VALUES ('acme', ?, ?, ?, ?, 0)",
+            (
+                (end_user, seq, uuid.UUID(int=rng.getrandbits(128)).hex, f"{end_user} {seq}")
+                for seq in range(1, count + 1)
+            ),
+        )
+        raw.execute("COMMIT")
+
+
+@pytest.fixture
+def load() -> Load:
+    """Give a new end user of tenant "acme" facts at once, as years of remember calls would.
+
+    The file must be laid out already; the i-th fact (from 1) reads "<end user> <i>".
+    """
+    return _load

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 import sqlite3
-from contextlib import closing
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio
@@ -14,22 +14,15 @@ import pytest
 
 from psych_runtime.memory.sqlite import DatabaseUnavailableError, SqliteMemory
 
+Stored = Callable[[Path, str], int]
+
 pytestmark = pytest.mark.anyio
 
 END_USERS = 100
 
 
-def stored(db_path: Path, end_user: str) -> int:
-    # A separate connection sees every committed row.
-    with closing(sqlite3.connect(db_path)) as raw:
-        (count,) = raw.execute(
-            "SELECT count(*) FROM psych_memory_fact WHERE end_user_id = ?", (end_user,)
-        ).fetchone()
-    return int(count)
-
-
 async def test_no_fact_survives_an_erase_after_a_cancelled_remember(
-    memory: SqliteMemory, db_path: Path
+    memory: SqliteMemory, db_path: Path, stored: Stored
 ) -> None:
     rng = random.Random("cancelled-remember")
     cancelled = 0
@@ -48,7 +41,7 @@ async def test_no_fact_survives_an_erase_after_a_cancelled_remember(
 
 
 async def test_no_fact_survives_an_erase_after_a_cancelled_task_group(
-    memory: SqliteMemory, db_path: Path
+    memory: SqliteMemory, db_path: Path, stored: Stored
 ) -> None:
     for round_ in range(10):
         end_user = f"group-{round_}"
@@ -72,7 +65,7 @@ async def test_no_fact_survives_an_erase_after_a_cancelled_task_group(
 
 
 async def test_a_timeout_cannot_cut_a_call_short_but_the_busy_timeout_bounds_it(
-    db_path: Path,
+    db_path: Path, stored: Stored
 ) -> None:
     async with SqliteMemory(db_path, busy_timeout=0.2) as memory:
         holder = sqlite3.connect(db_path, isolation_level=None, check_same_thread=False)

@@ -40,6 +40,7 @@ READS: dict[str, Call] = {
     "recall": lambda memory: memory.recall("acme", KEY),
     "tenants": lambda memory: memory.tenants(),
     "end_users": lambda memory: memory.end_users("acme"),
+    "recall_page": lambda memory: memory.recall_page("acme", KEY, size=10),
 }
 
 

@@ -1,4 +1,4 @@
-"""Real processes: a writer killed at random points, and two writers sharing a file."""
+"""Real processes: a writer killed at random points, writers sharing a file, a large erase."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 import anyio
@@ -17,6 +17,7 @@ import pytest
 from psych_runtime.memory.sqlite import SqliteMemory
 
 WRITER = Path(__file__).with_name("_writer.py")
+PACED_WRITER = Path(__file__).with_name("_paced_writer.py")
 DEADLINE = 60.0  # seconds any one child may live
 KILLS = 6
 COUNT = 10_000  # more than any child gets to write before it is killed
@@ -29,6 +30,29 @@ def content_of(user: str, index: int) -> str:
 
 
 @contextmanager
+def bounded_child(script: Path, *args: str) -> Iterator[subprocess.Popen[str]]:
+    """Run ``script`` in a child Python; it is killed after `DEADLINE` at most."""
+    process = subprocess.Popen(
+        [sys.executable, str(script), *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=script.parent,
+    )
+    # Every read from a child is bounded: a hung child is killed, and the test
+    # fails on its output instead of hanging CI.
+    watchdog = threading.Timer(DEADLINE, process.kill)
+    watchdog.start()
+    try:
+        yield process
+    finally:
+        watchdog.cancel()
+        if process.poll() is None:
+            process.kill()
+        process.communicate(timeout=DEADLINE)
+
+
 def writer(
     db: Path,
     user: str,
@@ -38,35 +62,21 @@ def writer(
     backend: str = "asyncio",
     forget_every: int = 0,
     payload: str = PAYLOAD,
-) -> Iterator[subprocess.Popen[str]]:
-    args = [str(db), user, str(count), durability, str(forget_every), payload, backend]
-    child = subprocess.Popen(
-        [sys.executable, str(WRITER), *args],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=WRITER.parent,
-    )
-    # Every read from a child is bounded: a hung child is killed, and the test
-    # fails on its output instead of hanging CI.
-    watchdog = threading.Timer(DEADLINE, child.kill)
-    watchdog.start()
-    try:
-        yield child
-    finally:
-        watchdog.cancel()
-        if child.poll() is None:
-            child.kill()
-        child.communicate(timeout=DEADLINE)
+) -> AbstractContextManager[subprocess.Popen[str]]:
+    args = (str(db), user, str(count), durability, str(forget_every), payload, backend)
+    return bounded_child(WRITER, *args)
 
 
-def start(child: subprocess.Popen[str]) -> None:
-    assert child.stdout is not None
-    assert child.stdin is not None
-    assert child.stdout.readline() == "ready\n"
-    child.stdin.write("go\n")
-    child.stdin.flush()
+def tell(process: subprocess.Popen[str], line: str) -> None:
+    assert process.stdin is not None
+    process.stdin.write(f"{line}\n")
+    process.stdin.flush()
+
+
+def start(process: subprocess.Popen[str]) -> None:
+    assert process.stdout is not None
+    assert process.stdout.readline() == "ready\n"
+    tell(process, "go")
 
 
 def recall_all(db: Path, user: str) -> list[tuple[str, str]]:
@@ -207,3 +217,52 @@ def test_four_processes_remembering_and_forgetting_never_fail(tmp_path: Path) ->
 async def scrub(db: Path) -> bool:
     async with SqliteMemory(db) as memory:
         return await memory.scrub()
+
+
+# An end user large enough for many batches at any speed: each batch of an
+# erase may at most double the last, from a thousand facts.
+LARGE = 100_000
+# An erase's batches, and its pauses between them, scale with the busy
+# timeout: a lowered one runs exactly the path of the defaults, faster.
+LOWERED_BUSY_TIMEOUT = 0.5
+
+
+async def create(db: Path) -> None:
+    async with SqliteMemory(db):
+        pass
+
+
+async def erase(db: Path, end_user: str) -> int:
+    async with SqliteMemory(db, busy_timeout=LOWERED_BUSY_TIMEOUT) as memory:
+        return await memory.erase("acme", end_user)
+
+
+def test_another_process_writing_every_20_ms_never_fails_during_a_large_erase(
+    tmp_path: Path,
+    load: Callable[[Path, str, int], None],
+    stored: Callable[[Path, str], int],
+) -> None:
+    db = tmp_path / "large.sqlite3"
+    anyio.run(create, db)
+    load(db, "big", LARGE)
+    args = (str(db), "other", str(LOWERED_BUSY_TIMEOUT), "big", "trio")
+    with bounded_child(PACED_WRITER, *args) as paced:
+        assert paced.stdout is not None
+        assert paced.stderr is not None
+        start(paced)
+        # The writer is running, and the erase has not begun.
+        first = paced.stdout.readline()
+        assert first == "ok 1\n"
+        erased = anyio.run(erase, db, "big")
+        tell(paced, "stop")
+        rest, err = paced.stdout.read(), paced.stderr.read()
+        assert paced.wait(timeout=DEADLINE) == 0, err
+    lines = [first, *rest.splitlines()]
+    assert [line for line in lines if not line.startswith("ok ")] == []
+    assert erased == LARGE
+    # Some of its writes landed while the erase was part-way through.
+    oldest = [int(line.split()[1]) for line in lines]
+    assert any(position > 1 for position in oldest), oldest
+    assert stored(db, "big") == 0
+    # Every acknowledged write is there (and one more, cut off before its line).
+    assert stored(db, "other") - len(lines) in (0, 1)

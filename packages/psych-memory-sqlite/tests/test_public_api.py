@@ -51,7 +51,7 @@ def test_namespace_levels_are_namespaces() -> None:
 def test_is_a_memory_store_with_documented_lifecycle() -> None:
     assert issubclass(SqliteMemory, MemoryStore)
     assert not inspect.isabstract(SqliteMemory)
-    for name in ("open", "scrub", "tenants", "end_users", "restore"):
+    for name in ("open", "scrub", "tenants", "end_users", "restore", "recall_page", "erase"):
         method = getattr(SqliteMemory, name)
         assert inspect.iscoroutinefunction(method), name
         assert "Raises:" in (method.__doc__ or ""), name

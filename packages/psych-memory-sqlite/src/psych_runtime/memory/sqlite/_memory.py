@@ -6,6 +6,7 @@ import errno
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterable
 from contextlib import closing, suppress
 from datetime import UTC, datetime, timedelta
@@ -17,13 +18,16 @@ import anyio.to_thread
 from psych_runtime.memory.port import (
     InvalidInputError,
     Memory,
+    MemoryKey,
     MemoryStore,
     Scope,
+    StalePageError,
     StoreClosedError,
     memory_key,
     validate_content,
     validate_limit,
     validate_memory_id,
+    validate_page,
     validate_restored,
     validate_restored_id,
     validate_restored_many,
@@ -62,11 +66,26 @@ _SELECT: Final = (
     "SELECT id, content, created_at FROM psych_memory_fact "
     "WHERE tenant = ? AND end_user_id = ? ORDER BY seq LIMIT ?"
 )
+# The fact ``after`` is found through the index on ids, within its key; the
+# page follows it in the key's order. No row at all: the key does not hold
+# ``after``. One row of NULLs: it does, and it is the last fact.
+_SELECT_AFTER: Final = (
+    "SELECT f.id, f.content, f.created_at FROM psych_memory_fact AS a "
+    "LEFT JOIN psych_memory_fact AS f ON f.tenant = a.tenant "
+    "AND f.end_user_id = a.end_user_id AND f.seq > a.seq "
+    "WHERE a.id = ?1 AND a.tenant = ?2 AND a.end_user_id = ?3 ORDER BY f.seq LIMIT ?4"
+)
 _SELECT_BY_ID: Final = (
     "SELECT tenant, end_user_id, content, created_at FROM psych_memory_fact WHERE id = ?"
 )
 _DELETE_ONE: Final = "DELETE FROM psych_memory_fact WHERE tenant = ? AND end_user_id = ? AND id = ?"
-_DELETE_KEY: Final = "DELETE FROM psych_memory_fact WHERE tenant = ? AND end_user_id = ?"
+_LAST_SEQ: Final = "SELECT max(seq) FROM psych_memory_fact WHERE tenant = ? AND end_user_id = ?"
+# The oldest facts of the key, up to the last one it held when the erase began.
+_DELETE_BATCH: Final = (
+    "DELETE FROM psych_memory_fact WHERE tenant = ?1 AND end_user_id = ?2 AND seq IN ("
+    "SELECT seq FROM psych_memory_fact WHERE tenant = ?1 AND end_user_id = ?2 AND seq <= ?3 "
+    "ORDER BY seq LIMIT ?4)"
+)
 _TENANTS: Final = "SELECT DISTINCT tenant FROM psych_memory_fact ORDER BY tenant"
 _END_USERS: Final = (
     "SELECT DISTINCT end_user_id FROM psych_memory_fact WHERE tenant = ? ORDER BY end_user_id"
@@ -76,6 +95,27 @@ _COUNTS: Final = (
     "SELECT end_user_id, count(*) FROM psych_memory_fact WHERE tenant = ? "
     "GROUP BY end_user_id ORDER BY end_user_id"
 )
+
+# An erase deletes in batches, each its own write transaction, holding the
+# write lock for about this share of the busy timeout (within the bounds
+# below): a writer elsewhere that waits as long as this store does gets a
+# turn many times over before it would give up.
+_BATCH_SHARE: Final = 0.1
+_SHORTEST_BATCH: Final = 0.01
+_LONGEST_BATCH: Final = 0.5
+# Rows of the first batch; an erase of no more facts is one transaction, as
+# `forget` is. Later batches are sized from the time the last one took.
+_FIRST_BATCH_ROWS: Final = 1000
+_FEWEST_BATCH_ROWS: Final = 100
+_MOST_BATCH_ROWS: Final = 100_000
+# SQLite's busy handler tries again after pauses that grow with the time it
+# has waited (about that long, from 1 ms), up to 100 ms. A writer that began
+# waiting during a batch has waited no longer than the batch, so a pause
+# between batches longer than the batch (or than 100 ms) holds one of its
+# tries; the margin is for a waiter that wakes late on a busy machine.
+_LONGEST_RETRY_PAUSE: Final = 0.1
+_PAUSE_FACTOR: Final = 1.5
+_PAUSE_MARGIN: Final = 0.01
 
 
 class SqliteMemory(MemoryStore):
@@ -111,8 +151,12 @@ class SqliteMemory(MemoryStore):
     effect is decided (made or not) before the cancellation reaches the
     caller.
 
-    The store also provides the port's `ListsEndUsers`, `CountsFacts` and
-    `RestoresFacts` capabilities.
+    `erase` deletes a large key in batches, each a short write transaction
+    of its own, and lets other connections and this store's other calls in
+    between them (see `erase`); every other call is one transaction.
+
+    The store also provides the port's `ListsEndUsers`, `CountsFacts`,
+    `PagesFacts` and `RestoresFacts` capabilities.
 
     Args:
         path: The database file. It is created at open if missing; its
@@ -138,6 +182,8 @@ class SqliteMemory(MemoryStore):
         "_busy_timeout",
         "_conn",
         "_durability",
+        "_erased",
+        "_erasing",
         "_identity",
         "_lock",
         "_path",
@@ -160,8 +206,12 @@ class SqliteMemory(MemoryStore):
                 raise TypeError(f"durability must be a str, not {type(durability).__qualname__}")
             raise ValueError('durability must be "full" or "normal"')
         self._durability: Durability = durability
-        # Serialises the calls on the one connection; held for a whole call.
+        # Serialises the calls on the one connection; held for a whole call,
+        # or for one batch of an erase.
         self._lock = threading.Lock()
+        # Erases in progress, which closing waits for; signalled as each ends.
+        self._erasing = 0
+        self._erased = threading.Condition(self._lock)
         # Guards the state and the connection's arrival; held for a moment.
         self._state_lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
@@ -353,12 +403,46 @@ class SqliteMemory(MemoryStore):
 
         def select(conn: sqlite3.Connection) -> tuple[Memory, ...]:
             rows = conn.execute(_SELECT, (key.tenant, key.end_user_id, sql_limit)).fetchall()
-            return tuple(
-                Memory(memory_id, key, content, _EPOCH + micros * _MICROSECOND)
-                for memory_id, content, micros in rows
-            )
+            return _memories(key, rows)
 
         return await self._run("recall", lambda conn: self._read(conn, "recall", select))
+
+    async def recall_page(
+        self, scope: Scope, end_user_id: str, *, after: str | None = None, size: int
+    ) -> tuple[Memory, ...]:
+        """Up to ``size`` facts of the key, oldest first, after the fact ``after`` (`PagesFacts`).
+
+        Each page is one short read: ``after`` is found through the index on
+        ids, and the page follows it in the key's order, so a page costs the
+        same wherever it starts and however large the key or the file.
+
+        Raises:
+            TypeError: An argument has the wrong type.
+            InvalidKeyError: The tenant or end-user id breaks a key rule.
+            InvalidInputError: ``size`` is not between 1 and `MAX_PAGE_SIZE`.
+            StalePageError: The key holds no fact with the id ``after``
+                (forgotten or erased since it was read): read again from
+                ``after=None``.
+            StoreClosedError: The store is not open, or was closed.
+            DatabaseFileMovedError: The file was deleted or replaced since opening.
+            DatabaseUnavailableError: SQLite failed (reading changes nothing).
+            DatabaseFileError: The file turned out to be corrupt.
+        """
+        key = memory_key(scope, end_user_id)
+        after, size = validate_page(after, size)
+
+        def select(conn: sqlite3.Connection) -> tuple[Memory, ...]:
+            if after is None:
+                rows = conn.execute(_SELECT, (key.tenant, key.end_user_id, size)).fetchall()
+                return _memories(key, rows)
+            rows = conn.execute(
+                _SELECT_AFTER, (after, key.tenant, key.end_user_id, size)
+            ).fetchall()
+            if not rows:
+                raise StalePageError
+            return () if rows[0][0] is None else _memories(key, rows)
+
+        return await self._run("recall_page", lambda conn: self._read(conn, "recall_page", select))
 
     async def erase(self, scope: Scope, end_user_id: str) -> int:
         """Delete every fact of this end user, as `MemoryStore.erase`, and wipe their bytes.
@@ -369,24 +453,46 @@ class SqliteMemory(MemoryStore):
         `scrub` before telling the end user that no byte remains (see
         `scrub_pending`).
 
+        A key of up to a thousand facts is erased in one transaction. A
+        larger one is erased in batches, oldest facts first, each batch its
+        own write transaction committed with ``synchronous = FULL``. Each
+        holds the file's write lock for about a tenth of the busy timeout
+        (0.5 s at the default), and between two batches the store pauses
+        with both the write lock and its own lock released, so that other
+        processes' writers, and this store's other calls, take their turn:
+        a writer waiting as long as this store does is never starved. The
+        erase deletes the facts the key held when it began: a fact
+        remembered into the key while it runs is kept and not counted (only
+        if the key's newest facts are forgotten meanwhile can such a fact
+        take a place the erase has yet to clear, and then it is deleted and
+        counted). The count is of the facts this call deleted; a fact
+        another call forgot meanwhile is not in it.
+
+        While a large erase runs, other calls see its progress: `recall`
+        returns the key's newest facts only, the oldest gone batch by
+        batch; `fact_counts` shrinks; a `recall_page` after a fact already
+        deleted raises `StalePageError`. Closing the store waits for the
+        erase to finish. Cancelling the caller does not stop it: the worker
+        thread deletes every batch, as for any call.
+
         Raises:
             TypeError: An argument has the wrong type.
             InvalidKeyError: The tenant or end-user id breaks a key rule.
             StoreClosedError: The store is not open, or was closed.
             DatabaseFileMovedError: The file was deleted or replaced since
-                opening; nothing was deleted.
+                opening. Nothing was deleted, unless ``may_have_taken_effect``
+                (a batch had committed before; erase again for the rest,
+                once the file is back).
             DatabaseUnavailableError: The file stayed locked past the busy
                 timeout, or SQLite failed; ``may_have_taken_effect`` says
-                whether the facts may be deleted all the same.
-            DatabaseFileError: The file turned out to be corrupt; nothing was deleted.
+                whether facts may be deleted all the same. When batches had
+                committed before the failure, it is ``True`` and those facts
+                stay deleted: erase again to delete the rest.
+            DatabaseFileError: The file turned out to be corrupt before
+                anything was deleted; nothing was.
         """
         key = memory_key(scope, end_user_id)
-
-        def delete(conn: sqlite3.Connection) -> int:
-            cursor = conn.execute(_DELETE_KEY, (key.tenant, key.end_user_id))
-            return cursor.rowcount
-
-        return await self._run("erase", lambda conn: self._delete(conn, "erase", delete))
+        return await anyio.to_thread.run_sync(self._erase, key)
 
     async def scrub(self) -> bool:
         """Rewrite the file and empty the write-ahead log, so no byte of a deleted fact remains.
@@ -543,6 +649,58 @@ class SqliteMemory(MemoryStore):
                 raise StoreClosedError(operation, _closed_state(self._state))
             return work(conn)
 
+    def _erase(self, key: MemoryKey) -> int:
+        # Runs in a worker thread, batch after batch, taking the store's lock
+        # for each batch only.
+        tenant, end_user = key.tenant, key.end_user_id
+        target = min(max(self._busy_timeout * _BATCH_SHARE, _SHORTEST_BATCH), _LONGEST_BATCH)
+        rows = _FIRST_BATCH_ROWS
+        # The key's last position when the erase began, read in the first
+        # batch: later facts take higher ones, so the erase has an end.
+        last: int | None = None
+        deleted = 0
+
+        def delete(conn: sqlite3.Connection) -> int:
+            nonlocal last
+            if last is None:
+                (last,) = conn.execute(_LAST_SEQ, (tenant, end_user)).fetchone()
+                if last is None:
+                    return 0
+            return conn.execute(_DELETE_BATCH, (tenant, end_user, last, rows)).rowcount
+
+        conn: sqlite3.Connection | None = None
+        try:
+            while True:
+                with self._lock:
+                    if conn is None:
+                        conn = self._conn
+                        if conn is None:
+                            raise StoreClosedError("erase", _closed_state(self._state))
+                        # From here on closing waits for this erase to end.
+                        self._erasing += 1
+                    started = time.monotonic()
+                    try:
+                        # Emptying the log waits for the last batch: it would
+                        # hold the write lock while it copies every batch's
+                        # pages, and SQLite copies them anyway as the log grows.
+                        batch = self._delete(conn, "erase", delete, empty_log=False)
+                    except SqliteMemoryError as exc:
+                        if deleted:
+                            raise _partly_erased(exc, deleted) from exc.__cause__
+                        raise
+                    took = time.monotonic() - started
+                    if batch < rows:
+                        self._retry_scrub(conn)
+                        return deleted + batch
+                deleted += batch
+                rows = _next_batch_rows(rows, took, target)
+                time.sleep(_PAUSE_FACTOR * min(took, _LONGEST_RETRY_PAUSE) + _PAUSE_MARGIN)
+        finally:
+            if conn is not None:
+                with self._lock:
+                    self._erasing -= 1
+                    self._erased.notify_all()
+
     def _read(
         self, conn: sqlite3.Connection, operation: str, body: Callable[[sqlite3.Connection], _T]
     ) -> _T:
@@ -555,7 +713,12 @@ class SqliteMemory(MemoryStore):
         return result
 
     def _delete(
-        self, conn: sqlite3.Connection, operation: str, body: Callable[[sqlite3.Connection], int]
+        self,
+        conn: sqlite3.Connection,
+        operation: str,
+        body: Callable[[sqlite3.Connection], int],
+        *,
+        empty_log: bool = True,
     ) -> int:
         # A deletion is synced at every durability level: undone by a power
         # cut, it would bring the deleted facts back.
@@ -574,7 +737,8 @@ class SqliteMemory(MemoryStore):
                     conn.execute(f"PRAGMA synchronous = {self._durability.upper()}")
         if deleted:
             self._scrub.deleted()
-        self._retry_scrub(conn)
+        if empty_log:
+            self._retry_scrub(conn)
         return deleted
 
     def _write(
@@ -689,6 +853,10 @@ class SqliteMemory(MemoryStore):
             with self._state_lock:
                 conn, self._conn = self._conn, None
                 self._state = "closed"
+            # An erase lets other calls in between its batches, this one
+            # too: it goes on with the connection until it has ended.
+            while self._erasing:
+                self._erased.wait()
             if conn is None:
                 return
             try:
@@ -705,6 +873,34 @@ class SqliteMemory(MemoryStore):
         with suppress(sqlite3.Error):
             if rewrite_file(conn):
                 self._scrub.covered(target)
+
+
+def _memories(key: MemoryKey, rows: list[tuple[str, str, int]]) -> tuple[Memory, ...]:
+    return tuple(
+        Memory(memory_id, key, content, _EPOCH + micros * _MICROSECOND)
+        for memory_id, content, micros in rows
+    )
+
+
+def _next_batch_rows(rows: int, took: float, target: float) -> int:
+    """The rows of the next batch of an erase, from the time the last one took."""
+    # At most twice as many, at least a quarter: one slow commit (a busy
+    # disk) must not make the next batch tiny, nor a fast one huge.
+    factor = min(max(target / took, 0.25), 2.0) if took > 0 else 2.0
+    return min(max(int(rows * factor), _FEWEST_BATCH_ROWS), _MOST_BATCH_ROWS)
+
+
+def _partly_erased(error: SqliteMemoryError, deleted: int) -> DatabaseUnavailableError:
+    """The error of an erase that failed after ``deleted`` facts were committed deleted."""
+    if isinstance(error, DatabaseUnavailableError):
+        kind, reason = type(error), error.reason
+    else:
+        kind, reason = DatabaseUnavailableError, "SQLite found the file corrupt"
+    return kind(
+        "erase",
+        f"{reason}, after {deleted} facts were deleted for good: erase again to delete the rest",
+        may_have_taken_effect=True,
+    )
 
 
 def _rollback(conn: sqlite3.Connection) -> None:
