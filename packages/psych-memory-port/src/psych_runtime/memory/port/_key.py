@@ -40,6 +40,10 @@ class MemoryKey:
     merge two users' facts. The class cannot be subclassed, so no subclass can
     relax the validation.
 
+    Keys work as fields of pydantic models (and so in FastAPI), validated
+    by these same rules and serialised as ``{"tenant", "end_user_id"}``;
+    the port itself does not import pydantic.
+
     Raises:
         TypeError: A field is not a `str`.
         InvalidKeyError: A field breaks a key rule (see `validate_key_part`).
@@ -91,6 +95,25 @@ class MemoryKey:
 
     def __reduce__(self) -> tuple[type[MemoryKey], tuple[str, str]]:
         return (MemoryKey, (self._tenant, self._end_user_id))
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: object, handler: object) -> Any:
+        """Let pydantic validate, serialise and describe keys, by the port's rules.
+
+        Called by pydantic only, so the port never needs it installed. A key
+        is ``{"tenant": ..., "end_user_id": ...}``; each half is checked by
+        `validate_key_part`, and a key passes as it is.
+        """
+        from ._pydantic import key_schema  # noqa: PLC0415 - pydantic is optional
+
+        return key_schema()
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, schema: Any, handler: Any) -> Any:
+        """Describe keys in JSON Schema for pydantic, with the limits of their fields."""
+        from ._pydantic import describe  # noqa: PLC0415 - pydantic is optional
+
+        return describe(cls, schema, handler)
 
 
 def memory_key(scope: Scope, end_user_id: str) -> MemoryKey:

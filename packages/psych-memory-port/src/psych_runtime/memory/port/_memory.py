@@ -20,7 +20,9 @@ class Memory:
     Instances are immutable and built by adapters, which guarantee that
     ``content`` passed `validate_content` and ``key`` came from `memory_key`.
     It cannot be subclassed. The representation leaves the content out, so that logging a `Memory`
-    does not write personal data to the log.
+    does not write personal data to the log. Facts work as fields of pydantic
+    models (and so in FastAPI responses); the port itself does not import
+    pydantic.
 
     Attributes:
         id: Chosen by the adapter; unique within its store and never reused.
@@ -53,6 +55,26 @@ class Memory:
 
     def __init_subclass__(cls, **kwargs: Any) -> NoReturn:
         raise TypeError("Memory cannot be subclassed")
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: object, handler: Any) -> Any:
+        """Let pydantic validate, serialise and describe facts, by the port's rules.
+
+        Called by pydantic only, so the port never needs it installed. A fact
+        is ``{"id", "key", "content", "created_at"}``, each field checked as
+        `validate_restored` checks a fact restored from elsewhere; a `Memory`
+        passes as it is.
+        """
+        from ._pydantic import memory_schema  # noqa: PLC0415 - pydantic is optional
+
+        return memory_schema(handler.generate_schema(MemoryKey))
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, schema: Any, handler: Any) -> Any:
+        """Describe facts in JSON Schema for pydantic, with the limits of their fields."""
+        from ._pydantic import describe  # noqa: PLC0415 - pydantic is optional
+
+        return describe(cls, schema, handler)
 
 
 def _slot_setter(name: str) -> Callable[[Memory, Any], None]:
