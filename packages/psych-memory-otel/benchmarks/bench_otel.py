@@ -148,7 +148,7 @@ async def _postgres() -> AsyncIterator[MemoryStore]:
 
 
 async def _run(quick: bool) -> None:  # noqa: FBT001
-    calls, rounds = (50, 3) if quick else (400, 9)
+    calls, rounds = (50, 3) if quick else (200, 7)
     results: dict[str, dict[str, Cell]] = {}
     async with InProcessMemory() as store:
         # Calls of a microsecond: more of them, for a readable clock.

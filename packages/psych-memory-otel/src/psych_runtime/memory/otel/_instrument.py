@@ -348,7 +348,8 @@ class _Instrumented(MemoryStore):
                 span.set_attribute(names.RECORD_ID, memory_id)
             span.set_attribute(names.RECORD_COUNT, 1)
             span.set_attribute(names.DELETED, 1 if deleted else 0)
-            self._scrub_state(span)
+            if deleted:
+                self._scrub_state(span)
 
         return await self._observed(
             "forget", scope, lambda: self._store.forget(scope, end_user_id, memory_id), describe
@@ -375,14 +376,15 @@ class _Instrumented(MemoryStore):
             # No record id: the conventions' "every record of the scope".
             span.set_attribute(names.RECORD_COUNT, deleted)
             span.set_attribute(names.DELETED, deleted)
-            self._scrub_state(span)
+            if deleted:
+                self._scrub_state(span)
 
         return await self._observed(
             "erase", scope, lambda: self._store.erase(scope, end_user_id), describe
         )
 
     def _scrub_state(self, span: Span) -> None:
-        # A store that scrubs after deleting says whether bytes remain.
+        # After a deletion, a store that scrubs says whether bytes remain.
         if getattr(self._store, "scrub_pending", False) is True:
             span.add_event(names.SCRUB_PENDING_EVENT)
 
