@@ -486,23 +486,50 @@ async def test_a_deletion_returns_once_the_synchronous_standby_applied_it(
             count = sql.SQL("SELECT count(*) FROM {} WHERE end_user_id = %s").format(
                 sql.Identifier(_SCHEMA, "memories")
             )
+            # The facts are applied on the standby before its replay pauses
+            # (a remember waits only for the standby's flush).
+            await anyio.to_thread.run_sync(
+                pair.primary.wait_for,
+                "SELECT 1 FROM pg_stat_replication WHERE replay_lsn >= pg_current_wal_lsn()",
+            )
             await anyio.to_thread.run_sync(pair.standby.query, "SELECT pg_wal_replay_pause()")
             erased: list[int] = []
 
             async def erase() -> None:
                 erased.append(await store.erase("acme", user))
 
-            async with anyio.create_task_group() as tasks:
-                tasks.start_soon(erase)
-                # The erase waits for the standby; with the rule broken it
-                # returns without, and this fails after its bound.
+            try:
                 await anyio.to_thread.run_sync(
-                    pair.primary.wait_for,
-                    "SELECT 1 FROM pg_stat_activity WHERE wait_event = 'SyncRep'",
+                    pair.standby.wait_for,
+                    "SELECT 1 WHERE pg_get_wal_replay_pause_state() = 'paused'",
                 )
-                assert not erased, "the erase returned before the standby applied it"
                 assert await anyio.to_thread.run_sync(pair.standby.query, count, (user,)) == [(3,)]
-                await anyio.to_thread.run_sync(pair.standby.query, "SELECT pg_wal_replay_resume()")
+                async with anyio.create_task_group() as tasks:
+                    tasks.start_soon(erase)
+                    # The standby has flushed the erase (as synchronous_commit
+                    # = on waits for), and the erase still waits for it to be
+                    # applied. With the rule broken it returned at the flush,
+                    # and this fails after its bound.
+                    await anyio.to_thread.run_sync(
+                        pair.primary.wait_for,
+                        "SELECT 1 FROM pg_stat_activity AS erase, pg_stat_replication AS standby"
+                        " WHERE erase.wait_event = 'SyncRep'"
+                        " AND standby.flush_lsn >= pg_current_wal_lsn()",
+                    )
+                    assert not erased, "the erase returned before the standby applied it"
+                    assert await anyio.to_thread.run_sync(pair.standby.query, count, (user,)) == [
+                        (3,)
+                    ]
+                    await anyio.to_thread.run_sync(
+                        pair.standby.query, "SELECT pg_wal_replay_resume()"
+                    )
+            finally:
+                # Whatever failed: the erase in flight finishes before the
+                # test can end, and it needs the replay.
+                with anyio.CancelScope(shield=True):
+                    await anyio.to_thread.run_sync(
+                        pair.standby.query, "SELECT pg_wal_replay_resume()"
+                    )
             assert erased == [3]
             # Returned, so applied: the standby shows nothing at once.
             assert await anyio.to_thread.run_sync(pair.standby.query, count, (user,)) == [(0,)]

@@ -42,20 +42,34 @@ def test_a_url_without_a_host_is_libpqs_default_server() -> None:
     assert parse_url("postgresql://").conninfo == "postgresql://"
 
 
-@pytest.mark.anyio
-async def test_a_store_reaches_the_writable_server_of_a_list(
-    postgres_dsn: str, schema: str
-) -> None:
+def _listing(postgres_dsn: str, schema: str) -> str:
     # The first server of the list does not answer; the second is the test
     # server, the only writable one.
     parts = conninfo_to_dict(postgres_dsn)
     host, port = parts.get("host", "127.0.0.1"), parts.get("port", "5432")
     user, dbname = parts.get("user", "postgres"), parts.get("dbname", "test")
-    url = (
+    return (
         f"postgresql://{user}@127.0.0.1:1,{host}:{port}/{dbname}"
         f"?target_session_attrs=read-write&connect_timeout=2&schema={quote(schema)}"
     )
+
+
+@pytest.mark.anyio
+async def test_a_store_reaches_the_writable_server_of_a_list(
+    postgres_dsn: str, schema: str
+) -> None:
     with anyio.fail_after(60):
-        async with open_url(url) as store:
+        async with open_url(_listing(postgres_dsn, schema)) as store:
             fact = await store.remember("acme", "u1", "reached through a list")
+            assert await store.recall("acme", "u1") == (fact,)
+
+
+@pytest.mark.anyio
+async def test_open_memory_takes_a_list_of_servers(postgres_dsn: str, schema: str) -> None:
+    # The operator's tools (the command line, the MCP server) open stores
+    # through open_memory, which hands the URL to this adapter as it is.
+    admin = pytest.importorskip("psych_runtime.memory.admin")
+    with anyio.fail_after(60):
+        async with admin.open_memory(_listing(postgres_dsn, schema)) as store:
+            fact = await store.remember("acme", "u1", "opened by the operator's opener")
             assert await store.recall("acme", "u1") == (fact,)
