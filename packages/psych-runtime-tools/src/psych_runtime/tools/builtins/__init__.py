@@ -14,6 +14,8 @@ of a refused call: `check_arguments`, `check_content`, `memory_full`,
 `refusal`, `RefusedCallError` and `KEY_ARGUMENTS`.
 """
 
+# First: refuses, in one clear message, the one layout where nothing can work.
+from . import _beside as _beside
 from ._refusals import (
     KEY_ARGUMENTS,
     RefusedCallError,
