@@ -32,7 +32,7 @@ from ._app import (
     check_sessions,
     memory_http_app,
 )
-from ._jwt import ALGORITHMS, JwtVerifier
+from ._jwt import ALGORITHMS, DEFAULT_JWKS_TIMEOUT, JwtVerifier
 from ._server import build_server
 from ._stdio import marked_stdio
 from ._uvicorn import serve_http
@@ -131,7 +131,7 @@ def _parser() -> _Parser:
     http.add_argument(
         "--jwks-timeout",
         type=_seconds,
-        help="the most seconds one fetch of the JWKS may take (default: 5)",
+        help=f"the most seconds one JWKS fetch may take (default: {DEFAULT_JWKS_TIMEOUT:.0f})",
     )
     http.add_argument(
         "--max-sessions",
@@ -222,7 +222,7 @@ def _main_http(parser: _Parser, args: argparse.Namespace) -> int:
         jwks_url=args.jwks_url,
         key=key,
         algorithms=args.algorithm or ALGORITHMS,
-        jwks_timeout=args.jwks_timeout or 5.0,
+        jwks_timeout=args.jwks_timeout or DEFAULT_JWKS_TIMEOUT,
     )
 
     async def serve(memory: MemoryStore) -> None:

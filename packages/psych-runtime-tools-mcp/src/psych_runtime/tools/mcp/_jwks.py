@@ -115,9 +115,7 @@ class JwksCache:
             self._failed = True
             # No trace: the cause (a timeout, a refused connection, a bad
             # answer) is all the operator needs, and it repeats under load.
-            _log.warning(
-                "the JWKS could not be fetched; next try in %.0f s", self._backoff, exc_info=False
-            )
+            _log.warning("the JWKS could not be fetched; next try in %.0f s", self._backoff)
             return
         now = anyio.current_time()
         self._keys = keys

@@ -11,7 +11,7 @@ from mcp.server.auth.provider import AccessToken
 
 from ._jwks import JwksCache, KeysUnavailableError
 
-__all__ = ["ALGORITHMS", "JwtVerifier", "KeysUnavailableError"]
+__all__ = ["ALGORITHMS", "DEFAULT_JWKS_TIMEOUT", "JwtVerifier", "KeysUnavailableError"]
 
 ALGORITHMS: Final = (
     "RS256",
@@ -26,6 +26,9 @@ ALGORITHMS: Final = (
     "EdDSA",
 )
 """Every signature algorithm `JwtVerifier` can accept: all asymmetric."""
+
+DEFAULT_JWKS_TIMEOUT: Final = 5.0
+"""The most seconds one fetch of the JWKS may take, unless told otherwise."""
 
 _REQUIRED_CLAIMS: Final = ("exp", "iss", "sub", "aud")
 _ISSUER_CUT: Final = "#"
@@ -80,7 +83,7 @@ class JwtVerifier:
         key: str | bytes | None = None,
         algorithms: Sequence[str] = ALGORITHMS,
         leeway: float = 0.0,
-        jwks_timeout: float = 5.0,
+        jwks_timeout: float = DEFAULT_JWKS_TIMEOUT,
     ) -> None:
         if isinstance(issuers, str) or not issuers:
             raise ValueError("issuers must be a non-empty collection of issuer strings")
