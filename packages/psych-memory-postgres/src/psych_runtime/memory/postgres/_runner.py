@@ -471,10 +471,11 @@ def _settings(pool: Pool) -> tuple[str, dict[str, Any]] | None:
 def _replay(call: Call[Any], exc: psycopg.Error, *, broken: bool, sent: bool) -> bool:
     # Whether another attempt cannot change the call's answer. A server that
     # refuses to write (a standby, or a primary fenced or being demoted)
-    # changed nothing: a call in a transaction is rolled back whole, and a
-    # call outside one writes only with its first statement. Unless an
-    # earlier attempt broke after sending, the call is replayed, on a fresh
-    # connection, which the URL's target_session_attrs can send elsewhere.
+    # changed nothing: a call in a transaction is rolled back whole, and of
+    # the calls outside one the only one never replayed, forget, is a single
+    # statement. Unless an earlier attempt broke after sending, the call is
+    # replayed on a fresh connection, which the URL's target_session_attrs
+    # sends to a writable server.
     if broken:
         return call.replayable or not sent
     return isinstance(exc, ReadOnlySqlTransaction) and not call.uncertain
