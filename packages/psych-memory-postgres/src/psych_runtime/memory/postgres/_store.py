@@ -119,7 +119,11 @@ class PostgresMemory(MemoryStore):
     (``remember``, ``recall``, the capabilities, and ``erase`` until its
     ``COMMIT`` was sent); ``forget``, and ``erase`` broken during its
     ``COMMIT``, then raise `StoreUnavailableError` with
-    ``may_have_taken_effect=True``.
+    ``may_have_taken_effect=True``. A call a read-only server refused (a
+    standby, or an old primary fenced during a failover) changed nothing
+    and is replayed whatever it is; with a connection string that lists
+    every server and asks for ``target_session_attrs=read-write``, the
+    replay and the pool's new connections reach the new primary.
 
     Cancellation: a call that was cancelled after its statement was sent
     finishes that statement first (bounded by the timeouts), so its effect
