@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import itertools
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any, ClassVar, TypeVar, cast
@@ -30,11 +30,13 @@ from psych_runtime.memory.port import (
     MemoryKey,
     MemoryStore,
     Scope,
+    StalePageError,
     StoreClosedError,
     memory_key,
     validate_content,
     validate_limit,
     validate_memory_id,
+    validate_page,
     validate_restored_id,
 )
 
@@ -550,6 +552,73 @@ class RestoreOverwrites(Correct):
         return True
 
 
+class _PagerByPosition(Correct):
+    """Pages cut out of recall by position, starting ``_resume`` places after 'after'."""
+
+    __slots__ = ()
+    _resume: ClassVar[int] = 1
+
+    @refuses_when_closed
+    async def recall_page(
+        self, scope: Scope, end_user_id: str, *, after: str | None = None, size: int
+    ) -> tuple[Memory, ...]:
+        after, size = validate_page(after, size)
+        facts = await self.recall(scope, end_user_id)
+        ids = [fact.id for fact in facts]
+        if after is not None and after not in ids:
+            raise StalePageError
+        start = 0 if after is None else ids.index(after) + self._resume
+        return facts[start : start + size]
+
+
+class PagerSkipsAtPageBoundaries(_PagerByPosition):
+    """Rule 13: a page resumes one fact too late, as an off-by-one in an offset would."""
+
+    __slots__ = ()
+    _resume = 2
+
+
+class PagerRepeatsAtPageBoundaries(_PagerByPosition):
+    """Rule 13: a page starts with the fact 'after' names, as '>=' instead of '>' would."""
+
+    __slots__ = ()
+    _resume = 0
+
+
+class PagerIgnoresAStaleAfter(Correct):
+    """Rule 13: an 'after' the key does not hold starts again from the oldest fact."""
+
+    __slots__ = ()
+
+    @refuses_when_closed
+    async def recall_page(
+        self, scope: Scope, end_user_id: str, *, after: str | None = None, size: int
+    ) -> tuple[Memory, ...]:
+        try:
+            return await super().recall_page(scope, end_user_id, after=after, size=size)
+        except StalePageError:
+            return await super().recall_page(scope, end_user_id, size=size)
+
+
+class RestoreLosesMicroseconds(Correct):
+    """Rule 11: a time far from 1970 loses its microseconds, as a float of seconds would."""
+
+    __slots__ = ()
+
+    @staticmethod
+    def _rounded(memory: Memory) -> Memory:
+        when = memory.created_at
+        if 1900 <= when.year <= 2200:
+            return memory
+        return Memory(memory.id, memory.key, memory.content, when.replace(microsecond=0))
+
+    async def restore(self, memory: Memory) -> bool:
+        return await super().restore(self._rounded(memory))
+
+    async def restore_many(self, memories: Iterable[Memory]) -> int:
+        return await super().restore_many([self._rounded(memory) for memory in memories])
+
+
 class _KitAgainst(MemoryStoreContract):
     """The kit against one adapter class, with a small Hypothesis budget."""
 
@@ -659,3 +728,19 @@ class TestCountsEmptiedEndUsers(_KitAgainst):
 
 class TestRestoreOverwrites(_KitAgainst):
     adapter = RestoreOverwrites
+
+
+class TestPagerSkipsAtPageBoundaries(_KitAgainst):
+    adapter = PagerSkipsAtPageBoundaries
+
+
+class TestPagerRepeatsAtPageBoundaries(_KitAgainst):
+    adapter = PagerRepeatsAtPageBoundaries
+
+
+class TestPagerIgnoresAStaleAfter(_KitAgainst):
+    adapter = PagerIgnoresAStaleAfter
+
+
+class TestRestoreLosesMicroseconds(_KitAgainst):
+    adapter = RestoreLosesMicroseconds

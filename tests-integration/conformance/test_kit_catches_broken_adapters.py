@@ -46,6 +46,10 @@ EXPECTED = {
     "TestListsEmptiedKeys": {10},
     "TestCountsEmptiedEndUsers": {12},
     "TestRestoreOverwrites": {11},
+    "TestPagerSkipsAtPageBoundaries": {13},
+    "TestPagerRepeatsAtPageBoundaries": {13},
+    "TestPagerIgnoresAStaleAfter": {13},
+    "TestRestoreLosesMicroseconds": {11},
 }
 
 
@@ -187,6 +191,27 @@ FAILING_CHECKS = {
     },
     "TestRestoreOverwrites": {
         "test_rule11_restoring_again_changes_nothing_and_a_taken_id_is_refused",
+    },
+    "TestPagerSkipsAtPageBoundaries": {
+        # Pages of facts restored with edge times, read back with rule 13's blame.
+        "test_rule11_times_at_the_ends_of_the_range_read_back_exactly",
+        "test_rule13_pages_of_every_size_join_into_recall",
+        "test_rule13_a_page_resumes_after_any_fact_the_key_holds",
+        "test_rule13_pages_touch_only_their_own_key",
+    },
+    "TestPagerRepeatsAtPageBoundaries": {
+        # Pages of facts restored with edge times, read back with rule 13's blame.
+        "test_rule11_times_at_the_ends_of_the_range_read_back_exactly",
+        "test_rule13_pages_of_every_size_join_into_recall",
+        "test_rule13_a_page_resumes_after_any_fact_the_key_holds",
+        "test_rule13_pages_touch_only_their_own_key",
+    },
+    "TestPagerIgnoresAStaleAfter": {
+        "test_rule13_an_after_the_key_does_not_hold_is_stale",
+        "test_rule13_pages_touch_only_their_own_key",
+    },
+    "TestRestoreLosesMicroseconds": {
+        "test_rule11_times_at_the_ends_of_the_range_read_back_exactly",
     },
 }
 

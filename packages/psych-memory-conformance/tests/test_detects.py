@@ -23,6 +23,7 @@ import pytest
 from psych_runtime.memory.conformance import MemoryStoreContract, RuleViolationError
 from psych_runtime.memory.inproc import InProcessMemory
 from psych_runtime.memory.port import (
+    MAX_PAGE_SIZE,
     InvalidContentError,
     InvalidInputError,
     InvalidKeyError,
@@ -31,12 +32,14 @@ from psych_runtime.memory.port import (
     MemoryStore,
     MemoryStoreError,
     Scope,
+    StalePageError,
     StoreClosedError,
     StoreUnavailableError,
     memory_key,
     validate_content,
     validate_limit,
     validate_memory_id,
+    validate_page,
     validate_restored_id,
 )
 
@@ -422,7 +425,7 @@ class WithoutCapabilities(InProcessMemory):
 
     __slots__ = ()
     # None withdraws a protocol method, as the typing module's checks agree.
-    tenants = end_users = restore = restore_many = fact_counts = None  # type: ignore[assignment]
+    tenants = end_users = restore = restore_many = fact_counts = recall_page = None  # type: ignore[assignment]
 
 
 class Listing(InProcessMemory):
@@ -565,6 +568,215 @@ class HandsOutItsOwnCounts(InProcessMemory):
         answer = self._answers.setdefault(memory_key(scope, "-").tenant, {})
         answer.update(await super().fact_counts(scope))
         return answer
+
+
+class PagesAsLists(InProcessMemory):
+    __slots__ = ()
+
+    async def recall_page(
+        self, scope: Scope, end_user_id: str, *, after: str | None = None, size: int
+    ) -> tuple[Memory, ...]:
+        page = await super().recall_page(scope, end_user_id, after=after, size=size)
+        return list(page)  # type: ignore[return-value]
+
+
+class PagesPastTheSize(InProcessMemory):
+    __slots__ = ()
+
+    async def recall_page(
+        self, scope: Scope, end_user_id: str, *, after: str | None = None, size: int
+    ) -> tuple[Memory, ...]:
+        return await super().recall_page(scope, end_user_id, after=after, size=size + 1)
+
+
+class PagesNeverEnd(InProcessMemory):
+    """Answers a page after the last fact with the last fact again, forever."""
+
+    __slots__ = ()
+
+    async def recall_page(
+        self, scope: Scope, end_user_id: str, *, after: str | None = None, size: int
+    ) -> tuple[Memory, ...]:
+        page = await super().recall_page(scope, end_user_id, after=after, size=size)
+        return page if page or after is None else (await self.recall(scope, end_user_id))[-1:]
+
+
+class PagesStaleAfterTheFirst(InProcessMemory):
+    __slots__ = ()
+
+    async def recall_page(
+        self, scope: Scope, end_user_id: str, *, after: str | None = None, size: int
+    ) -> tuple[Memory, ...]:
+        if after is not None:
+            raise StalePageError
+        return await super().recall_page(scope, end_user_id, size=size)
+
+
+class PagesAnyKeysFact(InProcessMemory):
+    """Takes 'after' from any key, as a query on the id alone would."""
+
+    __slots__ = ()
+
+    async def recall_page(
+        self, scope: Scope, end_user_id: str, *, after: str | None = None, size: int
+    ) -> tuple[Memory, ...]:
+        if after is not None and not any(after in facts for facts in self._facts.values()):
+            raise StalePageError
+        facts = await self.recall(scope, end_user_id)
+        start = next((n + 1 for n, fact in enumerate(facts) if fact.id == after), 0)
+        return facts[start : start + validate_page(after, size)[1]]
+
+
+class PagesRefuseGarbageWrongly(InProcessMemory):
+    """Raises a KeyError of its own for an id it never held."""
+
+    __slots__ = ()
+
+    async def recall_page(
+        self, scope: Scope, end_user_id: str, *, after: str | None = None, size: int
+    ) -> tuple[Memory, ...]:
+        try:
+            return await super().recall_page(scope, end_user_id, after=after, size=size)
+        except StalePageError:
+            raise KeyError("no such row") from None
+
+
+class PagesStaleNamingAnotherArgument(InProcessMemory):
+    __slots__ = ()
+
+    async def recall_page(
+        self, scope: Scope, end_user_id: str, *, after: str | None = None, size: int
+    ) -> tuple[Memory, ...]:
+        try:
+            return await super().recall_page(scope, end_user_id, after=after, size=size)
+        except StalePageError:
+            raise StalePageError("cursor") from None
+
+
+class PagesAcceptAnySize(InProcessMemory):
+    __slots__ = ()
+
+    async def recall_page(
+        self, scope: Scope, end_user_id: str, *, after: str | None = None, size: int
+    ) -> tuple[Memory, ...]:
+        given: object = size
+        size = size if isinstance(given, int) and 1 <= size <= MAX_PAGE_SIZE else 1
+        return await super().recall_page(scope, end_user_id, after=after, size=size)
+
+
+class PagesStaleForASizeTooSmall(InProcessMemory):
+    __slots__ = ()
+
+    async def recall_page(
+        self, scope: Scope, end_user_id: str, *, after: str | None = None, size: int
+    ) -> tuple[Memory, ...]:
+        if size == 0:
+            raise StalePageError
+        return await super().recall_page(scope, end_user_id, after=after, size=size)
+
+
+class PagesRaiseValueErrorForBadSizes(InProcessMemory):
+    __slots__ = ()
+
+    async def recall_page(
+        self, scope: Scope, end_user_id: str, *, after: str | None = None, size: int
+    ) -> tuple[Memory, ...]:
+        if size == 0:
+            raise ValueError("size")
+        return await super().recall_page(scope, end_user_id, after=after, size=size)
+
+
+class PagesForgetTheirFirstFact(InProcessMemory):
+    """A stale page 'cleans up' by forgetting the key's first fact."""
+
+    __slots__ = ()
+
+    async def recall_page(
+        self, scope: Scope, end_user_id: str, *, after: str | None = None, size: int
+    ) -> tuple[Memory, ...]:
+        try:
+            return await super().recall_page(scope, end_user_id, after=after, size=size)
+        except InvalidInputError:
+            held = await self.recall(scope, end_user_id, limit=1)
+            if held:
+                await self.forget(scope, end_user_id, held[0].id)
+            raise
+
+
+class RestoresRoundedTimes(InProcessMemory):
+    __slots__ = ()
+
+    async def restore(self, memory: Memory) -> bool:
+        when = memory.created_at
+        return await super().restore(
+            Memory(memory.id, memory.key, memory.content, when.replace(microsecond=0))
+        )
+
+
+class RestoresTooEarlyTimesNot(InProcessMemory):
+    __slots__ = ()
+
+    async def restore(self, memory: Memory) -> bool:
+        if memory.created_at.year < 1000:
+            raise OverflowError("date value out of range")
+        return await super().restore(memory)
+
+
+class ReadsTooEarlyTimesNot(InProcessMemory):
+    __slots__ = ()
+
+    async def recall_page(
+        self, scope: Scope, end_user_id: str, *, after: str | None = None, size: int
+    ) -> tuple[Memory, ...]:
+        page = await super().recall_page(scope, end_user_id, after=after, size=size)
+        if any(fact.created_at.year < 1000 for fact in page):
+            raise OverflowError("date value out of range")
+        return page
+
+
+_PAGES = "test_rule13_pages_of_every_size_join_into_recall"
+_RESUMES = "test_rule13_a_page_resumes_after_any_fact_the_key_holds"
+_STALE = "test_rule13_an_after_the_key_does_not_hold_is_stale"
+_INVALID = "test_rule13_invalid_arguments_are_refused_and_change_nothing"
+_EDGES = "test_rule11_times_at_the_ends_of_the_range_read_back_exactly"
+
+
+@pytest.mark.parametrize(
+    ("store_class", "check", "rule", "words"),
+    [
+        (PagesAsLists, _PAGES, 13, "returned a list, not a tuple"),
+        (PagesPastTheSize, _PAGES, 13, "returned 2 facts, more than size=1"),
+        (PagesNeverEnd, _PAGES, 13, "went on past the 67 facts recall returned"),
+        (PagesStaleAfterTheFirst, _RESUMES, 13, "raised StalePageError although the key holds"),
+        (PagesAnyKeysFact, _STALE, 13, "after the id of another end user's fact returned"),
+        (PagesRefuseGarbageWrongly, _STALE, 13, "raised KeyError; it must raise StalePageError"),
+        (PagesStaleNamingAnotherArgument, _STALE, 13, "naming 'cursor', not 'after'"),
+        (PagesForgetTheirFirstFact, _STALE, 13, "a page refused as stale changed stored facts"),
+        (PagesAcceptAnySize, _INVALID, 13, "a page with size=0 answered"),
+        (PagesStaleForASizeTooSmall, _INVALID, 13, "size=0 raised StalePageError, not a refusal"),
+        (PagesRaiseValueErrorForBadSizes, _INVALID, 13, "size=0 raised ValueError; it must"),
+        (
+            PagesForgetTheirFirstFact,
+            _INVALID,
+            13,
+            "a refused page changed stored facts",
+        ),
+        (RestoresRoundedTimes, _EDGES, 11, "restored at 0001-01-01T00:00:00.000001.* back with"),
+        (RestoresTooEarlyTimesNot, _EDGES, 11, "raised OverflowError"),
+        (ReadsTooEarlyTimesNot, _EDGES, 11, "recall_page of facts restored at the ends"),
+    ],
+)
+async def test_a_broken_pager_or_time_is_named(  # noqa: PLR0917 - parametrized.
+    tmp_path: Path,
+    anyio_backend: str,
+    store_class: type[InProcessMemory],
+    check: str,
+    rule: int,
+    words: str,
+) -> None:
+    with pytest.raises(RuleViolationError, match=words) as info:
+        await getattr(prepared(store_class, tmp_path, anyio_backend), check)()
+    assert info.value.rule == rule
 
 
 @pytest.mark.parametrize(
@@ -722,6 +934,12 @@ _CAPABILITY_CHECKS = (
     "test_rule12_counts_are_what_recall_returns_for_each_end_user",
     "test_rule12_fact_counts_refuses_an_invalid_scope",
     "test_rule12_the_counts_are_the_callers_own",
+    "test_rule11_times_at_the_ends_of_the_range_read_back_exactly",
+    "test_rule13_pages_of_every_size_join_into_recall",
+    "test_rule13_a_page_resumes_after_any_fact_the_key_holds",
+    "test_rule13_an_after_the_key_does_not_hold_is_stale",
+    "test_rule13_invalid_arguments_are_refused_and_change_nothing",
+    "test_rule13_pages_touch_only_their_own_key",
 )
 
 
@@ -771,6 +989,12 @@ async def test_a_miscounting_store_fails_rule_12_alone(
         ("test_rule12_counts_are_what_recall_returns_for_each_end_user", "CountsFacts"),
         ("test_rule12_fact_counts_refuses_an_invalid_scope", "CountsFacts"),
         ("test_rule12_the_counts_are_the_callers_own", "CountsFacts"),
+        ("test_rule11_times_at_the_ends_of_the_range_read_back_exactly", "RestoresFacts"),
+        ("test_rule13_pages_of_every_size_join_into_recall", "PagesFacts"),
+        ("test_rule13_a_page_resumes_after_any_fact_the_key_holds", "PagesFacts"),
+        ("test_rule13_an_after_the_key_does_not_hold_is_stale", "PagesFacts"),
+        ("test_rule13_invalid_arguments_are_refused_and_change_nothing", "PagesFacts"),
+        ("test_rule13_pages_touch_only_their_own_key", "PagesFacts"),
     ],
 )
 async def test_a_missing_capability_is_reported_as_not_applicable(

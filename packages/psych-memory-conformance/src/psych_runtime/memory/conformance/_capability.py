@@ -7,10 +7,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 from psych_runtime.memory.port import (
+    MAX_CREATED_AT,
+    MIN_CREATED_AT,
     InvalidInputError,
     ListsEndUsers,
     Memory,
     MemoryStore,
+    PagesFacts,
     RestoresFacts,
 )
 
@@ -26,12 +29,27 @@ from ._cases import (
     key_of,
 )
 from ._harness import Harness
+from ._paging import pages_of
 from ._rules import RuleViolationError
 from ._support import check, not_applicable, refuses_invalid_scopes
 
 __all__ = ["CapabilityChecks"]
 
 _RESTORED_AT: Final = datetime(2021, 3, 4, 5, 6, 7, 891011, tzinfo=UTC)
+_MICROSECOND: Final = timedelta(microseconds=1)
+# Both ends of the range and their neighbours, and times where a store that
+# computes the instant from a count of seconds or microseconds since 1970
+# (with a float, or an interval of a microsecond) loses or gains one.
+_EDGE_TIMES: Final = (
+    MIN_CREATED_AT,
+    MIN_CREATED_AT + _MICROSECOND,
+    datetime(1600, 1, 1, 0, 0, 0, 123457, tzinfo=UTC),
+    datetime(1969, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),
+    datetime(1970, 1, 1, tzinfo=UTC),
+    datetime(2300, 1, 1, 0, 0, 0, 1, tzinfo=UTC),
+    MAX_CREATED_AT - _MICROSECOND,
+    MAX_CREATED_AT,
+)
 
 
 def _lister(store: MemoryStore) -> ListsEndUsers:
@@ -262,6 +280,36 @@ class CapabilityChecks(Harness):
                     f"a refused restore_many of a batch with {what} stored some of its facts",
                 )
 
+    async def test_rule11_times_at_the_ends_of_the_range_read_back_exactly(self) -> None:
+        """Rule 11: a created_at from MIN_CREATED_AT to MAX_CREATED_AT reads back exactly."""
+        async with self._open() as store:
+            restorer = _restorer(store)
+            one_by_one = [
+                Memory(f"edge-{index}", key_of(MAIN), f"dated {index}", when)
+                for index, when in enumerate(_EDGE_TIMES)
+            ]
+            batch = [
+                Memory(f"edge-batch-{index}", key_of(SAME_TENANT), f"dated {index}", when)
+                for index, when in enumerate(_EDGE_TIMES)
+            ]
+            try:
+                stored = [await restorer.restore(memory) for memory in one_by_one]
+                stored_many = await restorer.restore_many(batch)
+            except Exception as exc:
+                raise RuleViolationError(
+                    11,
+                    f"restoring facts dated from {MIN_CREATED_AT.isoformat()} to "
+                    f"{MAX_CREATED_AT.isoformat()} raised {type(exc).__name__}",
+                ) from exc
+            check(
+                stored == [True] * len(one_by_one) and stored_many == len(batch),
+                11,
+                f"restoring facts at the ends of the range returned {stored!r} and "
+                f"{stored_many!r}, not True each and {len(batch)}",
+            )
+            for pair, expected in ((MAIN, one_by_one), (SAME_TENANT, batch)):
+                await _read_back(store, pair, tuple(expected))
+
     async def _listing(self, store: MemoryStore, pair: Pair) -> tuple[tuple[Memory, ...], int]:
         return await store.recall(*pair), await self.count_stored(store, key_of(pair))
 
@@ -321,3 +369,42 @@ async def _refused(restore: Callable[[Any], Awaitable[object]], what: str, given
             11, f"{what} raised {type(exc).__name__}; it must raise InvalidInputError"
         ) from exc
     raise RuleViolationError(11, f"{what} returned {answer!r}; it must raise InvalidInputError")
+
+
+async def _read_back(store: MemoryStore, pair: Pair, expected: tuple[Memory, ...]) -> None:
+    """Check that recall, and pages where the store has them, give ``expected`` exactly.
+
+    Raises:
+        RuleViolationError: Rule 11, naming the first time that came back changed.
+    """
+    readers = ["recall"] + (["recall_page"] if isinstance(store, PagesFacts) else [])
+    for reader in readers:
+        try:
+            if isinstance(store, PagesFacts) and reader == "recall_page":
+                pages = await pages_of(store, pair, 3, len(expected))
+                recalled = tuple(fact for page in pages for fact in page)
+            else:
+                recalled = await store.recall(*pair)
+        except RuleViolationError:
+            raise
+        except Exception as exc:
+            raise RuleViolationError(
+                11,
+                f"{reader} of facts restored at the ends of the range raised {type(exc).__name__}",
+            ) from exc
+        # Which facts pages hold is rule 13's; only their times are judged here.
+        check(
+            ids_of(recalled) == ids_of(expected),
+            11 if reader == "recall" else 13,
+            f"{reader} of facts restored at the ends of the range gave ids {ids_of(recalled)}, "
+            f"not {ids_of(expected)}",
+        )
+        for given, read in zip(expected, recalled, strict=True):
+            check(
+                read == given
+                and read.created_at.utcoffset() == timedelta(0)
+                and read.created_at.replace(tzinfo=None) == given.created_at.replace(tzinfo=None),
+                11,
+                f"{reader} gave a fact restored at {given.created_at.isoformat()} back with "
+                f"created_at {read.created_at.isoformat()}",
+            )

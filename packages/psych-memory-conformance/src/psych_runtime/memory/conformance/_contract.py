@@ -27,6 +27,7 @@ from ._forgetting import ForgetChecks
 from ._guard import KitGuard
 from ._isolation import IsolationChecks
 from ._lifecycle import LifecycleChecks
+from ._paging import PagingChecks
 from ._recalling import RecallChecks
 from ._remembering import RememberChecks
 from ._stateful import ModelChecks
@@ -54,6 +55,7 @@ class MemoryStoreContract(
     CancellationChecks,
     CapabilityChecks,
     CountingChecks,
+    PagingChecks,
 ):
     """The port's contract as a test class: subclass it to check a backend.
 
@@ -64,10 +66,10 @@ class MemoryStoreContract(
     on trio (the kit supplies the ``anyio_backend`` fixture).
 
     Rules 1-6 are checked on every store, and so are 7-9 (lifecycle,
-    failures, cancellation); the checks of rules 10-12 run when the store
-    provides the port's `ListsEndUsers`, `RestoresFacts` or `CountsFacts`
-    capability (rule 10, 11 or 12), and are skipped as not applicable
-    otherwise.
+    failures, cancellation); the checks of rules 10-13 run when the store
+    provides the port's `ListsEndUsers`, `RestoresFacts`, `CountsFacts` or
+    `PagesFacts` capability (rule 10, 11, 12 or 13), and are skipped as not
+    applicable otherwise.
 
     A check can be marked expected-to-fail, with a reason, in
     `expected_failures`; it cannot be overridden, deleted or skipped: the

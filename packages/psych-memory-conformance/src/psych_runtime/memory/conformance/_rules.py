@@ -1,7 +1,7 @@
 """The rules of the port, worded as failure messages quote them.
 
 Rules 1-6 are the four methods' contract, 7-9 the lifecycle, the failures
-and cancellation every store shares, and 10-12 the optional capabilities,
+and cancellation every store shares, and 10-13 the optional capabilities,
 checked only on a store that provides them.
 """
 
@@ -67,6 +67,12 @@ RULES: Final[Mapping[int, str]] = MappingProxyType(
             "users holding at least one fact, each with as many facts as recall returns, "
             "in code-point order and in a mapping of the caller's own, and no end user of "
             "another tenant"
+        ),
+        13: (
+            "a store that pages facts (PagesFacts) gives, page after page, exactly the facts "
+            "recall returns, in its order: up to size facts after the fact 'after' names, a "
+            "page shorter than size is the last, an 'after' the key does not hold raises "
+            "StalePageError, and an invalid size or after is refused, changing nothing"
         ),
     }
 )
