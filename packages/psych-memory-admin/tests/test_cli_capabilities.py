@@ -131,6 +131,13 @@ class ForgetsBetweenPages(Paged):
             await self._inner.forget(scope, end_user_id, page[-1].id)
         return page
 
+class PagesFail(Paged):
+    # Lists and counts, but the connection is gone when its facts are read.
+    async def recall_page(self, scope, end_user_id, *, after=None, size):
+        raise StoreUnavailableError(
+            "recall_page", "the server went away", may_have_taken_effect=False
+        )
+
 class FailsSecondWrite(Counting):
     # The connection drops during the second write of facts, once.
     writes = 0
@@ -160,6 +167,7 @@ growing = shared(GrowsWhileCopied)
 paged = shared(Paged)
 forgetting = shared(ForgetsBetweenPages)
 failing_write = shared(FailsSecondWrite)
+pages_fail = shared(PagesFail)
 
 @asynccontextmanager
 async def four_methods(url):
@@ -198,7 +206,7 @@ def schemes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         f"counting = {name}:counting\nerasing = {name}:erasing\n"
         f"countingerasing = {name}:counting_erasing\ngrowing = {name}:growing\n"
         f"paged = {name}:paged\nforgetting = {name}:forgetting\n"
-        f"failswrite = {name}:failing_write\n",
+        f"failswrite = {name}:failing_write\npagesfail = {name}:pages_fail\n",
         "utf-8",
     )
     yield
@@ -510,3 +518,14 @@ async def _restored(url: str, facts: list[Memory]) -> None:
 async def _recalled(url: str, key: MemoryKey) -> tuple[Memory, ...]:
     async with open_memory(url) as store:
         return await store.recall(key.tenant, key.end_user_id)
+
+
+@pytest.mark.usefixtures("schemes")
+def test_migrate_names_the_source_when_the_source_fails(capsys: pytest.CaptureFixture[str]) -> None:
+    key = MemoryKey("acme", "u1")
+    anyio.run(_restored, "pagesfail:source", [Memory("a1", key, "x", MIN_CREATED_AT)])
+    assert main(["migrate", "pagesfail:source", "counting:destination"]) == ExitCode.UNAVAILABLE
+    assert capsys.readouterr().err == (
+        "psych-memory: error: FROM_URL: recall_page failed: the server went away; "
+        "it changed nothing\n"
+    )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
@@ -565,12 +566,36 @@ def test_a_bad_import_file_is_refused_and_changes_nothing(
         (("migrate", "sqlite:///facts.db", "memory:", "--jobs", "0"), 2, ("--jobs",)),
         (("export", "sqlite:///facts.db?colour=blue", "--tenant", "acme", "--user", "u1"), 2,
          ("URL", "option")),
+        # The URL's own rules come first, before any question of its file.
+        (("count", "sqlite:///nofile.db?colour=blue"), 2, ("URL", "unknown option")),
+        (("count", "sqlite://host/facts.db"), 2, ("URL", "must not name a host")),
+        # File-system problems: one line naming the argument and the rule.
+        (("import", "sqlite:///missing/x.db", "good.jsonl"), 2,
+         ("URL", "names a SQLite file in a folder that does not exist")),
+        (("migrate", "sqlite:///facts.db", "sqlite:///missing/x.db"), 2,
+         ("TO_URL", "in a folder that does not exist")),
+        (("import", "sqlite:///afolder", "good.jsonl"), 2,
+         ("URL", "names a folder, not a SQLite file")),
+        (("count", "sqlite:///afolder"), 2, ("URL", "names a folder, not a SQLite file")),
+        (("import", "sqlite:///" + "a" * 300 + ".db", "good.jsonl"), 2,
+         ("URL", "cannot be opened (File name too long)")),
+        (("import", "sqlite:///facts.db", "nofile.json"), 2,
+         ("FILE", "cannot be read (No such file or directory)")),
+        (("import", "sqlite:///facts.db", "afolder"), 2, ("FILE", "is a directory")),
+        (("export", "sqlite:///facts.db", "--tenant", "acme", "--user", "u1", "-o",
+          "missing/out.json"), 2, ("--output", "(No such file or directory)")),
     ],
 )  # fmt: skip
 def test_bad_input_exits_non_zero_with_one_clear_line_and_changes_nothing(
     tmp_path: Path, args: tuple[str, ...], code: int, names: tuple[str, ...]
 ) -> None:
     seed("sqlite:///facts.db", MIXED)
+    (tmp_path / "afolder").mkdir()
+    (tmp_path / "good.jsonl").write_text(
+        HEADER + ', "facts_count": 1}\n' + '{"id": "a1", "content": "x", '
+        '"created_at": "2026-01-01T00:00:00.000000Z"}\n',
+        encoding="utf-8",
+    )
     before = snapshot(f"sqlite:///{tmp_path / 'facts.db'}")
     files = sorted(path.name for path in tmp_path.iterdir())
     refused = psych_memory(*args, cwd=tmp_path)
@@ -590,3 +615,121 @@ def test_an_unreachable_server_exits_with_store_unavailable(tmp_path: Path) -> N
     assert refused.returncode == 3, refused.stderr
     one_error_line(refused.stderr, "URL")
     assert SECRET not in refused.stderr
+
+
+def test_standard_output_that_cannot_be_written_is_named(tmp_path: Path) -> None:
+    seed("sqlite:///facts.db", MIXED)
+    with Path("/dev/full").open("w") as full:
+        run = subprocess.run(
+            [command(), "export", "sqlite:///facts.db", "--tenant", "acme", "--user", "u1"],
+            cwd=tmp_path, stdout=full, stderr=subprocess.PIPE, text=True, timeout=300,
+            check=False, env=_environment(),
+        )  # fmt: skip
+    assert run.returncode == 2
+    one_error_line(run.stderr, "standard output: cannot be written (No space left on device)")
+
+
+@pytest.mark.parametrize(
+    ("args", "names"),
+    [
+        (("erase", "sqlite:///facts.db", "--tenant", "acme", "--user", "u1"),
+         ("--yes", "standard input is not a terminal")),
+        (("import", "sqlite:///facts.db", "-"), ("FILE", "standard input is closed")),
+    ],
+)  # fmt: skip
+def test_closed_standard_input_is_bad_usage(
+    tmp_path: Path, args: tuple[str, ...], names: tuple[str, ...]
+) -> None:
+    seed("sqlite:///facts.db", MIXED)
+    before = snapshot(f"sqlite:///{tmp_path / 'facts.db'}")
+    # The command starts with file descriptor 0 closed, as after "<&-".
+    closing = "import os, sys; os.close(0); os.execv(sys.argv[1], sys.argv[1:])"
+    run = subprocess.run(
+        [sys.executable, "-c", closing, command(), *args],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False,
+        env=_environment(),
+    )  # fmt: skip
+    assert run.returncode == 2, run.stderr
+    one_error_line(run.stderr, *names)
+    assert_same_facts(before, snapshot(f"sqlite:///{tmp_path / 'facts.db'}"))
+
+
+def test_the_bare_command_prints_its_short_usage(tmp_path: Path) -> None:
+    run = psych_memory(cwd=tmp_path)
+    assert run.returncode == 2
+    assert run.stdout == ""
+    assert run.stderr.splitlines() == [
+        "Usage: psych-memory [OPTIONS] COMMAND [ARGS]...",
+        "Try 'psych-memory --help' for help.",
+        "psych-memory: error: a command is needed: count, erase, export, import, migrate, users",
+    ]
+
+
+class _Asking:
+    """An erase run on a terminal of its own, up to its question."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.controller, terminal = os.openpty()
+        self.process = subprocess.Popen(
+            [command(), "erase", "sqlite:///facts.db", "--tenant", "acme", "--user", "u1"],
+            cwd=tmp_path, stdin=terminal, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            env=_environment(),
+        )  # fmt: skip
+        os.close(terminal)
+        self.asked = b""
+        assert self.process.stderr is not None
+        while b"[y/N]: " not in self.asked:
+            chunk = os.read(self.process.stderr.fileno(), 4096)
+            assert chunk, self.asked  # ended without asking
+            self.asked += chunk
+
+    def answer(self, text: str) -> tuple[int, str, str]:
+        os.write(self.controller, text.encode())
+        return self.ended()
+
+    def ended(self) -> tuple[int, str, str]:
+        out, err = self.process.communicate(timeout=60)
+        return self.process.returncode, out.decode(), (self.asked + err).decode()
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        os.close(self.controller)
+
+
+def test_ctrl_c_at_the_question_ends_at_once_and_erases_nothing(tmp_path: Path) -> None:
+    seed("sqlite:///facts.db", MIXED)
+    before = snapshot(f"sqlite:///{tmp_path / 'facts.db'}")
+    asking = _Asking(tmp_path)
+    try:
+        asking.process.send_signal(signal.SIGINT)
+        code, out, err = asking.ended()
+    finally:
+        asking.close()
+    assert code == 6
+    assert out == ""
+    assert err.endswith("psych-memory: error: cancelled: nothing more was done\n"), err
+    assert_same_facts(before, snapshot(f"sqlite:///{tmp_path / 'facts.db'}"))
+
+
+def test_the_second_of_two_erasures_at_once_says_someone_else_erased_them(
+    tmp_path: Path,
+) -> None:
+    seed("sqlite:///facts.db", MIXED)
+    first, second = _Asking(tmp_path), _Asking(tmp_path)
+    try:
+        assert b"Erase all 3 fact(s)" in first.asked
+        assert b"Erase all 3 fact(s)" in second.asked
+        code, out, _ = first.answer("y\n")
+        assert (code, "facts deleted:  3" in out) == (0, True), out
+        code, out, err = second.answer("y\n")
+    finally:
+        first.close()
+        second.close()
+    assert code == 4, err
+    assert "facts deleted:  0" in out.splitlines()
+    assert (
+        "outcome:        already erased: another erasure deleted this end user's facts after "
+        "they were counted; this command deleted none"
+    ) in out.splitlines()

@@ -11,7 +11,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import select
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -76,10 +78,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command; see `psych_runtime.memory.admin.main`."""
     # Drivers log their retries; the command reports the outcome in its one line instead.
     logging.getLogger().addHandler(logging.NullHandler())
+    args = list(argv) if argv is not None else sys.argv[1:]
+    if not args:
+        # The short usage, not the whole help squeezed into one error line.
+        click.echo(f"Usage: {PROG} [OPTIONS] COMMAND [ARGS]...", err=True)
+        click.echo(f"Try '{PROG} --help' for help.", err=True)
+        _fail(f"a command is needed: {', '.join(cli.list_commands(click.Context(cli)))}")
+        return ExitCode.USAGE
     try:
-        result = cli.main(
-            args=list(argv) if argv is not None else None, prog_name=PROG, standalone_mode=False
-        )
+        result = cli.main(args=args, prog_name=PROG, standalone_mode=False)
     except CommandError as exc:
         _fail(f"{exc.argument}: {exc.rule}")
         return exc.code
@@ -357,8 +364,7 @@ def erase(url: str, tenant: str, end_user: str, yes: bool, as_json: bool) -> int
             f"Erase all {counted} fact(s) of this end user from {redact_url(url)}? "
             "This cannot be undone."
         )
-        # Asked outside the event loop, so that Ctrl-C at the question ends at once.
-        if not click.confirm(question, err=True):
+        if not _confirmed(question):
             raise click.exceptions.Abort
 
     async def body() -> int:
@@ -387,6 +393,40 @@ def erase(url: str, tenant: str, end_user: str, yes: bool, as_json: bool) -> int
         return ExitCode.DONE if deleted else ExitCode.NOT_FOUND
 
     return _run(body)
+
+
+def _confirmed(question: str) -> bool:
+    # Asked on standard error (never into the receipt), outside the event
+    # loop, and answered by a line of standard input.
+    click.echo(f"{question} [y/N]: ", nl=False, err=True)
+    try:
+        answer = _line_unless_interrupted()
+    except KeyboardInterrupt:
+        raise click.exceptions.Abort from None
+    return answer.strip().lower() in {"y", "yes"}
+
+
+def _line_unless_interrupted() -> str:
+    # A plain read would miss a Ctrl-C arriving just before it blocks (the
+    # signal's Python handler runs only between two steps of Python) and
+    # wait for a line. A signal also wakes this wait, through the wakeup
+    # descriptor, however early it came; its handler then raises.
+    if sys.platform == "win32":  # pragma: no cover - no select on a console there
+        return sys.stdin.readline()
+    try:
+        sys.stdin.fileno()
+    except OSError:
+        return sys.stdin.readline()  # not a file (a program running the command in-process)
+    woken, waker = os.pipe()
+    os.set_blocking(waker, False)
+    previous = signal.set_wakeup_fd(waker)
+    try:
+        select.select([sys.stdin, woken], [], [])
+        return sys.stdin.readline()
+    finally:
+        signal.set_wakeup_fd(previous)
+        os.close(woken)
+        os.close(waker)
 
 
 async def _counted_for_erase(url: str, key: MemoryKey) -> int:
@@ -507,7 +547,7 @@ def migrate_(from_url: str, to_url: str, tenant: str | None, jobs: int, verbose:
     async def body() -> int:
         async with (
             opened(from_url, "FROM_URL", must_exist=True) as source,
-            opened(to_url, "TO_URL", must_exist=False) as destination,
+            opened(to_url, "TO_URL", must_exist=False, own_failures_only=True) as destination,
         ):
             with _progress(verbose=verbose) as shown:
                 done: Migration = await migrate(

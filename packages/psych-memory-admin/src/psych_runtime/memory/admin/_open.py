@@ -62,6 +62,17 @@ async def open_memory(url: str) -> AsyncIterator[MemoryStore]:
         MemoryStoreError: The backend could not open its store (for example
             `StoreUnavailableError` or `SchemaVersionError`).
     """
+    async with opening(url, None) as store:
+        yield store
+
+
+@asynccontextmanager
+async def opening(url: str, check: Callable[[], None] | None) -> AsyncIterator[MemoryStore]:
+    """`open_memory`, calling ``check()`` once the backend accepted the URL, before it opens.
+
+    What the command needs to refuse, say, a SQLite file that does not
+    exist without reporting a malformed URL as a missing file.
+    """
     scheme = url_scheme(url)
     opener = _opener(scheme)
     async with AsyncExitStack() as stack:
@@ -74,6 +85,8 @@ async def open_memory(url: str) -> AsyncIterator[MemoryStore]:
                     f"its opener returned a {type(context).__qualname__}, "
                     "not an async context manager",
                 )
+            if check is not None:
+                check()
             store = await stack.enter_async_context(context)
         except ValueError as exc:
             refusal = _scrubbed(str(exc), url)

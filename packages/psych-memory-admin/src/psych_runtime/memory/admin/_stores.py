@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 from urllib.parse import unquote, urlsplit
@@ -20,7 +21,7 @@ from psych_runtime.memory.port import (
 
 from ._errors import StoreBackendError, StoreUrlError
 from ._exit import CommandError, ExitCode
-from ._open import open_memory
+from ._open import opening
 from ._url import url_scheme
 
 __all__ = [
@@ -53,30 +54,51 @@ class Scrubs(Protocol):
 
 
 @asynccontextmanager
-async def opened(url: str, argument: str, *, must_exist: bool) -> AsyncIterator[MemoryStore]:
+async def opened(
+    url: str, argument: str, *, must_exist: bool, own_failures_only: bool = False
+) -> AsyncIterator[MemoryStore]:
     """Open the store ``url`` names; its refusals and failures name ``argument``.
 
     With ``must_exist``, a ``sqlite:`` URL naming no file is refused instead
     of creating an empty store: reading a store that is not there is a typo.
+    A ``sqlite:`` URL naming a folder, or a file in a folder that does not
+    exist, is refused too, once the backend has accepted the URL's form.
+    With ``own_failures_only`` (the inner of two stores open at once), a
+    store failure raised by another store passes through unchanged, to be
+    named by that store's own ``opened``.
 
     Raises:
         CommandError: The URL is refused (usage), the backend is broken or
             the store fails (unavailable).
     """
+    check = partial(_refuse_bad_file, url, argument, must_exist=must_exist)
+    entered = False
+    others: MemoryStoreError | None = None
     try:
-        if must_exist:
-            _refuse_missing_file(url, argument)
-        async with open_memory(url) as store:
+        async with opening(url, check) as store:
+            entered = True
             try:
                 yield store
             except MemoryStoreError as exc:
-                raise CommandError(argument, _one_line(str(exc)), ExitCode.UNAVAILABLE) from exc
+                if not own_failures_only or _raised_by(exc, store):
+                    raise CommandError(argument, _one_line(str(exc)), ExitCode.UNAVAILABLE) from exc
+                others = exc
     except StoreUrlError as exc:
         raise CommandError(argument, _one_line(exc.rule), ExitCode.USAGE) from None
+    except OSError as exc:
+        if entered:
+            raise
+        # The file system refused what the backend needed to open the store
+        # (a read-only file or folder, say): it opened nothing.
+        raise CommandError(
+            argument, f"cannot be opened ({exc.strerror or type(exc).__name__})", ExitCode.USAGE
+        ) from None
     except StoreBackendError as exc:
         raise CommandError(argument, _one_line(str(exc)), ExitCode.UNAVAILABLE) from exc
     except MemoryStoreError as exc:
         raise CommandError(argument, _one_line(str(exc)), ExitCode.UNAVAILABLE) from exc
+    if others is not None:
+        raise others
 
 
 def checked_key(tenant: str, end_user_id: str) -> MemoryKey:
@@ -127,15 +149,29 @@ def same_fact(one: Memory, other: Memory) -> bool:
     )
 
 
-def _refuse_missing_file(url: str, argument: str) -> None:
+def _refuse_bad_file(url: str, argument: str, *, must_exist: bool) -> None:
+    # Called once the backend accepted the URL: its path is a file's.
     if url_scheme(url) != "sqlite":
         return
-    try:
-        path = unquote(urlsplit(url).path[1:])
-    except ValueError:
-        return  # the backend words the refusal
-    if path and not Path(path).exists():
+    path = Path(unquote(urlsplit(url).path[1:]))
+    if path.is_dir():
+        raise CommandError(argument, "names a folder, not a SQLite file", ExitCode.USAGE)
+    if must_exist and not path.exists():
         raise CommandError(argument, "names a SQLite file that does not exist", ExitCode.USAGE)
+    if not path.parent.is_dir():
+        raise CommandError(
+            argument, "names a SQLite file in a folder that does not exist", ExitCode.USAGE
+        )
+
+
+def _raised_by(error: BaseException, store: MemoryStore) -> bool:
+    # Whether one of ``store``'s methods is among the calls ``error`` left.
+    trace = error.__traceback__
+    while trace is not None:
+        if trace.tb_frame.f_locals.get("self") is store:
+            return True
+        trace = trace.tb_next
+    return False
 
 
 def _one_line(text: str) -> str:
