@@ -149,19 +149,28 @@ class MemoryStore(ABC):
         `recall` returns ``()`` and `forget` of any old id returns ``False``.
         Other end users and tenants are untouched.
 
+        An adapter may delete a very large key in several steps inside this
+        one call, so that no step runs past its time bounds or holds a lock
+        for long (its documentation says whether it does). While the call
+        runs, a reader may see some of the key's facts already gone (whether
+        a page of `PagesFacts` may, the adapter says). If it fails after some
+        steps it raises `StoreUnavailableError` with
+        ``may_have_taken_effect=True``; a retry deletes the rest and returns
+        only what it deleted itself.
+
         Args:
             scope: The tenant, as a `str` or an object with a `str` ``tenant``.
             end_user_id: The end user within that tenant.
 
         Returns:
-            How many facts were deleted (``0`` if there were none).
+            How many facts this call deleted (``0`` if there were none).
 
         Raises:
             TypeError: An argument has the wrong type.
             InvalidKeyError: The tenant or end-user id breaks a key rule.
             StoreUnavailableError: The store could not be reached or stayed
                 busy past its bound; ``may_have_taken_effect`` says whether
-                the facts may have been deleted all the same.
+                some or all of the facts may have been deleted all the same.
             StoreClosedError: The store is not open, or was closed.
             MemoryStoreError: Any other failure of the store.
         """
