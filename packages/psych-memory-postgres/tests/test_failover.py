@@ -230,18 +230,26 @@ class Servers:
     def stop(self, *folders: Path) -> None:
         """Stop the servers of these data folders, however they are doing, and remove them."""
         for data in folders:
-            with suppress(Exception):
+            try:
                 self.run("pg_ctl", "stop", "-D", str(data), "-m", "immediate", "-w", "-t", "30")
-            pid_file = data / "postmaster.pid"
-            with suppress(OSError, ValueError, IndexError):
-                # pg_ctl failed to stop it: the postmaster we started, by its id.
-                os.kill(int(pid_file.read_text().split()[0]), signal.SIGKILL)
+            except (RuntimeError, OSError, subprocess.SubprocessError):
+                _kill_postmaster(data)
             shutil.rmtree(data, ignore_errors=True)
 
     def close(self) -> None:
         """Stop every server started here and remove the whole folder."""
         self.stop(*self._started)
         shutil.rmtree(self._folder, ignore_errors=True)
+
+
+def _kill_postmaster(data: Path) -> None:
+    # pg_ctl could not stop it (or it is gone): the postmaster we started,
+    # by the id in its lock file, and only if that process still serves
+    # this very data folder.
+    with suppress(OSError, ValueError, IndexError):
+        pid = int((data / "postmaster.pid").read_text().split()[0])
+        if str(data).encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+            os.kill(pid, signal.SIGKILL)
 
 
 @pytest.fixture(scope="module")
