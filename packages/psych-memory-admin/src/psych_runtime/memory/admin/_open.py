@@ -99,7 +99,18 @@ async def opening(url: str, check: Callable[[], None] | None) -> AsyncIterator[M
                 scheme, f"its opener yielded a {type(store).__qualname__}, not a MemoryStore"
             )
         _log.debug("opened the store %s", redact_url(url))
-        yield store
+        yield _observed(store)
+
+
+# Installed observers, such as psych-memory-otel's, may wrap each store
+# opened; one that is switched off hands the store back unchanged.
+_OBSERVERS: Final = "psych_runtime.memory.observers"
+
+
+def _observed(store: MemoryStore) -> MemoryStore:
+    for entry_point in entry_points(group=_OBSERVERS):
+        store = entry_point.load()(store)
+    return store
 
 
 def _registered() -> dict[str, list[EntryPoint]]:
