@@ -131,6 +131,12 @@ class ForgetsBetweenPages(Paged):
             await self._inner.forget(scope, end_user_id, page[-1].id)
         return page
 
+class AlwaysForgets(ForgetsBetweenPages):
+    # Forgets the last fact of every first page: every read goes stale.
+    async def recall_page(self, scope, end_user_id, *, after=None, size):
+        self.forgot = False
+        return await super().recall_page(scope, end_user_id, after=after, size=size)
+
 class PagesFail(Paged):
     # Lists and counts, but the connection is gone when its facts are read.
     async def recall_page(self, scope, end_user_id, *, after=None, size):
@@ -168,6 +174,7 @@ paged = shared(Paged)
 forgetting = shared(ForgetsBetweenPages)
 failing_write = shared(FailsSecondWrite)
 pages_fail = shared(PagesFail)
+always_forgets = shared(AlwaysForgets)
 
 @asynccontextmanager
 async def four_methods(url):
@@ -206,7 +213,8 @@ def schemes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         f"counting = {name}:counting\nerasing = {name}:erasing\n"
         f"countingerasing = {name}:counting_erasing\ngrowing = {name}:growing\n"
         f"paged = {name}:paged\nforgetting = {name}:forgetting\n"
-        f"failswrite = {name}:failing_write\npagesfail = {name}:pages_fail\n",
+        f"failswrite = {name}:failing_write\npagesfail = {name}:pages_fail\n"
+        f"alwaysforgets = {name}:always_forgets\n",
         "utf-8",
     )
     yield
@@ -528,4 +536,32 @@ def test_migrate_names_the_source_when_the_source_fails(capsys: pytest.CaptureFi
     assert capsys.readouterr().err == (
         "psych-memory: error: FROM_URL: recall_page failed: the server went away; "
         "it changed nothing\n"
+    )
+
+
+@pytest.mark.usefixtures("schemes")
+def test_an_export_whose_pages_keep_going_stale_stops_after_three_reads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _import("alwaysforgets:s", _big_export(tmp_path, BIG, "big.jsonl"), capsys)
+    target = tmp_path / "out.json"
+    argv = ["export", "alwaysforgets:s", "--tenant", "acme", "--user", "big", "-o", str(target)]
+    assert main(argv) == ExitCode.REFUSED
+    assert capsys.readouterr().err == (
+        "psych-memory: error: URL: facts of this end user were forgotten or erased while they "
+        "were being exported (is the store being written to?); run the command again\n"
+    )
+    assert not target.exists()
+
+
+@pytest.mark.usefixtures("schemes")
+def test_migrate_stops_when_a_fact_is_forgotten_in_the_source_while_copied(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _import("forgetting:source", _big_export(tmp_path, BIG, "big.jsonl"), capsys)
+    assert main(["migrate", "forgetting:source", "counting:copy"]) == ExitCode.REFUSED
+    assert capsys.readouterr().err == (
+        "psych-memory: error: FROM_URL: a fact of an end user was forgotten there while its "
+        "facts were being copied (stop the writers first); the facts copied so far stay in "
+        "TO_URL\n"
     )
