@@ -4,8 +4,8 @@ Run it from the repository root with ``hatch run bench:otel`` (add
 ``--quick`` for a run of a few seconds). For each adapter (in-process,
 SQLite on a temporary file, PostgreSQL from ``PSYCH_MEMORY_TEST_POSTGRES_DSN``
 in a schema of its own, dropped at the end), the same store is called three
-ways, rounds alternating so that drift in the machine's load falls on all
-alike:
+ways, taking turns call by call so that drift in the machine's load, the
+disk's or the server's falls on all alike:
 
 - bare: the store itself;
 - API only: `instrument` with the OpenTelemetry API's no-op providers,
@@ -82,32 +82,54 @@ class Cell:
         return statistics.median(ratios) - 1
 
 
-async def _round(store: MemoryStore, calls: int, tag: str) -> dict[str, float]:
-    """Time ``calls`` calls of each operation on ``store``; seconds per call by operation."""
-    found: dict[str, float] = {}
+async def _round(
+    stores: dict[str, MemoryStore], calls: int, tag: str
+) -> dict[str, dict[str, float]]:
+    """Seconds per call of each operation, by operation and side.
+
+    The sides take turns call by call (the first of each turn rotating), so
+    a slow second of the machine, or of the disk or the server, falls on all
+    three alike.
+    """
+    found: dict[str, dict[str, float]] = {}
     tenant = "bench"
     held = f"held-{tag}"
     for number in range(10):
-        await store.remember(tenant, held, f"fact {number} of a user who has ten")
+        await stores["bare"].remember(tenant, held, f"fact {number} of a user who has ten")
 
-    async def timed(operation: str, call: Callable[[int], Awaitable[object]]) -> None:
-        started = perf_counter()
+    async def timed(operation: str, call: Callable[[str, int], Awaitable[object]]) -> None:
+        spent = dict.fromkeys(SIDES, 0.0)
         for number in range(calls):
-            await call(number)
-        found[operation] = (perf_counter() - started) / calls
+            first = number % len(SIDES)
+            for side in SIDES[first:] + SIDES[:first]:
+                started = perf_counter()
+                await call(side, number)
+                spent[side] += perf_counter() - started
+        found[operation] = {side: seconds / calls for side, seconds in spent.items()}
 
-    ids: list[str] = []
+    ids: dict[tuple[str, int], str] = {}
 
-    async def remember(number: int) -> None:
-        ids.append((await store.remember(tenant, f"user-{tag}-{number}", "a fact")).id)
+    async def remember(side: str, number: int) -> None:
+        fact = await stores[side].remember(tenant, f"user-{tag}-{side}-{number}", "a fact")
+        ids[side, number] = fact.id
+
+    async def recall(side: str, number: int) -> None:
+        await stores[side].recall(tenant, held)
+
+    async def forget(side: str, number: int) -> None:
+        await stores[side].forget(tenant, f"user-{tag}-{side}-{number}", ids[side, number])
+
+    async def erase(side: str, number: int) -> None:
+        await stores[side].erase(tenant, f"erased-{tag}-{side}-{number}")
 
     await timed("remember", remember)
-    await timed("recall", lambda number: store.recall(tenant, held))
-    await timed("forget", lambda number: store.forget(tenant, f"user-{tag}-{number}", ids[number]))
-    for number in range(calls):
-        await store.remember(tenant, f"erased-{tag}-{number}", "a fact")
-    await timed("erase", lambda number: store.erase(tenant, f"erased-{tag}-{number}"))
-    await store.erase(tenant, held)
+    await timed("recall", recall)
+    await timed("forget", forget)
+    for side in SIDES:
+        for number in range(calls):
+            await stores["bare"].remember(tenant, f"erased-{tag}-{side}-{number}", "a fact")
+    await timed("erase", erase)
+    await stores["bare"].erase(tenant, held)
     return found
 
 
@@ -123,12 +145,10 @@ async def _measure(bare: MemoryStore, calls: int, rounds: int) -> dict[str, Cell
         "SDK": instrument(bare, tracer_provider=sdk_traces, meter_provider=sdk_metrics),
     }
     cells = {operation: Cell() for operation in OPERATIONS}
-    await _round(bare, calls, "warm")
+    await _round(stores, max(calls // 10, 1), "warm")
     for number in range(rounds):
-        # Each round starts with a different side, so no side is always first.
-        order = SIDES[number % 3 :] + SIDES[: number % 3]
-        for side in order:
-            for operation, seconds in (await _round(stores[side], calls, f"{number}")).items():
+        for operation, sides in (await _round(stores, calls, f"{number}")).items():
+            for side, seconds in sides.items():
                 cells[operation].seconds[side].append(seconds)
     sdk_traces.shutdown()
     sdk_metrics.shutdown()

@@ -8,8 +8,10 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from psych_runtime.memory.admin import open_memory
 from psych_runtime.memory.inproc import InProcessMemory
 from psych_runtime.memory.otel import MemoryInstrumentor, instrumented
+from psych_runtime.memory.port import ListsEndUsers
 
 if TYPE_CHECKING:
     from conftest import Telemetry
@@ -62,3 +64,19 @@ def test_instrumenting_again_replaces_the_providers(
     assert is_on()
     with pytest.raises(TypeError, match="store must be a MemoryStore"):
         instrumented("memory:")  # type: ignore[arg-type]
+
+
+@pytest.mark.anyio
+async def test_stores_opened_by_url_are_instrumented_while_it_is_on(
+    instrumentor: MemoryInstrumentor, telemetry: Telemetry
+) -> None:
+    async with open_memory("memory:") as store:
+        assert isinstance(store, InProcessMemory)
+    instrumentor.instrument(
+        tracer_provider=telemetry.tracer_provider, meter_provider=telemetry.meter_provider
+    )
+    async with open_memory("memory:") as store:
+        assert not isinstance(store, InProcessMemory)
+        assert isinstance(store, ListsEndUsers)
+        await store.remember("acme", "u1", "a fact")
+    assert [span.name for span in telemetry.spans()] == ["create_memory"]
