@@ -24,6 +24,19 @@ log) is timed beside the same ``VACUUM`` and checkpoint run by a plain
 connection, rounds alternating. Its cost grows with the file, which is why
 no call makes it.
 
+Part 5, a large erase beside another process's writes: one end user of a
+million facts is erased at the default settings while a child process
+remembers a fact (for another end user) every 20 ms, against a baseline in
+the same run: the same child writing with no erase running, and the same
+erase as one plain ``DELETE`` transaction. Reported: the erase's time, and
+the writer's calls, failed calls and worst wait. ``--only erase`` runs this
+part alone; ``--erase-facts`` sets the size.
+
+Part 6, how long one ``restore_many`` holds the write lock: batches of 2,000
+(what the operator's import and migrate send), 10,000 and 50,000 facts, each
+timed beside plain ``sqlite3`` inserting the same rows in one transaction.
+``--only restore`` runs this part alone.
+
 All parts use the default durability ("full": an fsync per commit) unless
 ``--durability normal`` is given. Figures go to stdout; copy them to
 docs/sqlite.md.
@@ -32,14 +45,17 @@ docs/sqlite.md.
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import os
 import random
 import sqlite3
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from contextlib import closing, contextmanager
 from datetime import UTC, datetime, timedelta
@@ -48,6 +64,7 @@ from pathlib import Path
 import anyio
 import anyio.to_thread
 
+from psych_runtime.memory.port import Memory, MemoryKey, MemoryStoreError
 from psych_runtime.memory.sqlite import Durability, SqliteMemory
 
 FACTS_PER_USER = 10
@@ -443,6 +460,205 @@ def identity_check(folder: Path, *, durability: Durability, ops: int) -> None:
     print(f"| per call | {stat:.1f} | {commit:,.1f} | {stat / commit:.1%} |")
 
 
+# Part 5: a large erase while another process writes.
+
+WRITER_PACE = 0.02  # seconds between two writes of the child
+BASELINE_SECONDS = 10.0
+
+
+async def paced_writes(path: str, durability: Durability) -> None:
+    """The child: remember a fact every 20 ms until a line arrives; print each call's wait."""
+    async with SqliteMemory(path, durability=durability) as memory:
+        print("ready", flush=True)
+        await anyio.to_thread.run_sync(sys.stdin.readline)
+
+        async def write() -> None:
+            index = 0
+            while True:
+                start = time.perf_counter()
+                try:
+                    await memory.remember("acme", "paced-writer", f"paced fact {index}")
+                except MemoryStoreError as exc:
+                    print(f"failed {type(exc).__name__}", flush=True)
+                else:
+                    print(f"ok {(time.perf_counter() - start) * 1e3:.3f}", flush=True)
+                index += 1
+                await anyio.sleep(WRITER_PACE)
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(write)
+            await anyio.to_thread.run_sync(sys.stdin.readline)
+            group.cancel_scope.cancel()
+
+
+def beside_writer(
+    path: Path, durability: Durability, during: Callable[[], float]
+) -> tuple[float, list[str]]:
+    """Run ``during`` while a child process writes every 20 ms; its time and the child's lines."""
+    child = subprocess.Popen(  # noqa: S603 - this script, with arguments built here
+        [sys.executable, __file__, "--writer", str(path), "--durability", durability],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    if child.stdin is None or child.stdout is None:
+        raise RuntimeError("the writer process has no pipes")
+    try:
+        if child.stdout.readline() != "ready\n":
+            raise RuntimeError("the writer process did not start")
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        # Its first write is under way before the measured work starts.
+        first = child.stdout.readline()
+        seconds = during()
+        child.stdin.write("stop\n")
+        child.stdin.flush()
+        lines = [first, *child.stdout.read().splitlines()]
+    finally:
+        if child.wait(timeout=60) != 0:
+            raise RuntimeError("the writer process failed")
+    return seconds, lines
+
+
+def load_one_user(path: Path, durability: Durability, facts: int) -> None:
+    """One end user of ``facts`` facts with random ids, written as one transaction."""
+    rng = random.Random(facts)
+    with closing(plain(path, durability)) as conn:
+        conn.execute("BEGIN")
+        conn.executemany(
+            "INSERT INTO psych_memory_fact (tenant, end_user_id, seq, id, content, created_at) "
+            "VALUES ('acme', 'erased', ?, ?, ?, ?)",
+            (
+                (seq, uuid.UUID(int=rng.getrandbits(128)).hex, content(rng), now_micros())
+                for seq in range(1, facts + 1)
+            ),
+        )
+        conn.execute("COMMIT")
+        conn.execute(TRUNCATE_LOG)
+
+
+async def adapter_erase(path: Path, durability: Durability, facts: int) -> float:
+    async with SqliteMemory(path, durability=durability) as memory:
+        start = time.perf_counter()
+        erased = await memory.erase("acme", "erased")
+        seconds = time.perf_counter() - start
+    if erased != facts:
+        raise RuntimeError(f"the erase deleted {erased} facts, not {facts}")
+    return seconds
+
+
+def plain_erase_once(path: Path, durability: Durability) -> float:
+    with closing(plain(path, durability)) as conn:
+        start = time.perf_counter()
+        plain_erase(conn, "erased")
+        return time.perf_counter() - start
+
+
+def large_erase(folder: Path, *, durability: Durability, backend: str, facts: int) -> None:
+    rows: list[tuple[str, float, int, int, float, float]] = []
+    cases: list[tuple[str, Callable[[Path], float]]] = [
+        ("no erase (baseline)", lambda _: _slept(BASELINE_SECONDS)),
+        (
+            "SqliteMemory.erase, in batches",
+            lambda path: anyio.run(adapter_erase, path, durability, facts, backend=backend),
+        ),
+        ("one plain DELETE transaction", lambda path: plain_erase_once(path, durability)),
+    ]
+    for name, work in cases:
+        path = folder / f"erase-{len(rows)}.sqlite3"
+        anyio.run(create, path, durability)
+        if work is not cases[0][1]:
+            start = time.perf_counter()
+            load_one_user(path, durability, facts)
+            megabytes = path.stat().st_size / 1e6
+            loaded = time.perf_counter() - start
+            print(
+                f"  loaded {facts:,} facts ({megabytes:,.0f} MB) in {loaded:.0f} s",
+                file=sys.stderr,
+            )
+        seconds, lines = beside_writer(path, durability, functools.partial(work, path))
+        waits = [float(line.split()[1]) for line in lines if line.startswith("ok ")]
+        failed = len(lines) - len(waits)
+        rows.append((name, seconds, len(lines), failed, max(waits), statistics.median(waits)))
+        for leftover in folder.glob(f"{path.name}*"):
+            leftover.unlink()
+    print(
+        f"\n## One end user of {facts:,} facts erased beside a writer every 20 ms "
+        f"({backend}, durability={durability})"
+    )
+    print("\n| case | seconds | writer's calls | failed | worst wait ms | median wait ms |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    for name, seconds, calls, failed, worst, median in rows:
+        print(f"| {name} | {seconds:,.1f} | {calls:,} | {failed} | {worst:,.0f} | {median:,.1f} |")
+
+
+# Part 6: one restore_many, which is one transaction.
+
+RESTORE_BATCHES = (2_000, 10_000, 50_000)
+
+
+async def adapter_restore(path: Path, durability: Durability, facts: list[Memory]) -> float:
+    async with SqliteMemory(path, durability=durability) as memory:
+        start = time.perf_counter()
+        await memory.restore_many(facts)
+        return time.perf_counter() - start
+
+
+def plain_restore(path: Path, durability: Durability, facts: list[Memory]) -> float:
+    with closing(plain(path, durability)) as conn:
+        start = time.perf_counter()
+        conn.execute("BEGIN IMMEDIATE")
+        for fact in facts:
+            conn.execute("SELECT 1 FROM psych_memory_fact WHERE id = ?", (fact.id,)).fetchone()
+        conn.executemany(
+            INSERT,
+            [
+                ("acme", "restored", fact.id, fact.content, now_micros(), "acme", "restored")
+                for fact in facts
+            ],
+        )
+        conn.execute("COMMIT")
+        return time.perf_counter() - start
+
+
+def restore_batches(folder: Path, *, durability: Durability, backend: str, rounds: int) -> None:
+    rng = random.Random(6)
+    key = MemoryKey("acme", "restored")
+    best: dict[int, dict[str, float]] = {}
+    for size in RESTORE_BATCHES:
+        best[size] = {"adapter": float("inf"), "plain": float("inf")}
+        for round_ in range(rounds):
+            when = datetime.now(UTC)
+            facts = [
+                Memory(uuid.UUID(int=rng.getrandbits(128)).hex, key, content(rng), when)
+                for _ in range(size)
+            ]
+            for side in ("adapter", "plain")[round_ % 2 :] + ("adapter", "plain")[: round_ % 2]:
+                path = folder / f"restore-{side}.sqlite3"
+                anyio.run(create, path, durability)
+                with gc_paused():
+                    if side == "adapter":
+                        seconds = anyio.run(
+                            adapter_restore, path, durability, facts, backend=backend
+                        )
+                    else:
+                        seconds = plain_restore(path, durability, facts)
+                best[size][side] = min(best[size][side], seconds)
+                for leftover in folder.glob(f"{path.name}*"):
+                    leftover.unlink()
+    print(f"\n## One restore_many: the write lock held ({backend}, durability={durability})")
+    print("\n| facts in the batch | restore_many ms | plain sqlite3 ms | plain / adapter |")
+    print("| ---: | ---: | ---: | ---: |")
+    for size, sides in best.items():
+        adapter, direct = sides["adapter"] * 1e3, sides["plain"] * 1e3
+        print(f"| {size:,} | {adapter:,.0f} | {direct:,.0f} | {direct / adapter:.2f} |")
+
+
+def _slept(seconds: float) -> float:
+    time.sleep(seconds)
+    return seconds
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
@@ -451,14 +667,31 @@ def main() -> None:
     # The default keeps the files on the disk the project lives on: a temporary
     # folder may be in memory, where an fsync costs nothing.
     parser.add_argument("--dir", default=".", help="folder for the database files")
+    parser.add_argument("--only", choices=["erase", "restore"], help="run only this part")
+    parser.add_argument(
+        "--erase-facts", type=int, help="facts of the end user part 5 erases (default 1,000,000)"
+    )
+    parser.add_argument("--writer", metavar="FILE", help=argparse.SUPPRESS)
     args = parser.parse_args()
     durability: Durability = "normal" if args.durability == "normal" else "full"
+    if args.writer:
+        anyio.run(paced_writes, args.writer, durability, backend=args.backend)
+        return
+    erase_facts = args.erase_facts or (20_000 if args.quick else 1_000_000)
     if args.quick:
         users, ops, per_user, rounds, sizes = 200, 40, 20, 2, [2_000, 20_000]
     else:
         users, ops, per_user, rounds, sizes = 1_000, 200, 60, 5, [10_000, 100_000, 1_000_000]
     print(f"Python {sys.version.split()[0]}, SQLite {sqlite3.sqlite_version}")
     with tempfile.TemporaryDirectory(prefix="bench-sqlite-", dir=args.dir) as folder:
+        if args.only == "erase":
+            large_erase(
+                Path(folder), durability=durability, backend=args.backend, facts=erase_facts
+            )
+            return
+        if args.only == "restore":
+            restore_batches(Path(folder), durability=durability, backend=args.backend, rounds=3)
+            return
         throughput(
             Path(folder),
             durability=durability,
@@ -477,6 +710,8 @@ def main() -> None:
         )
         identity_check(Path(folder), durability=durability, ops=ops * 10)
         scrub_cost(files, durability=durability, backend=args.backend, rounds=3)
+        large_erase(Path(folder), durability=durability, backend=args.backend, facts=erase_facts)
+        restore_batches(Path(folder), durability=durability, backend=args.backend, rounds=3)
 
 
 if __name__ == "__main__":

@@ -63,7 +63,9 @@ class DatabaseUnavailableError(SqliteMemoryError, StoreUnavailableError):
     kept the file locked for longer than the busy timeout. The attributes are
     the port's: ``operation``, ``reason`` and ``may_have_taken_effect``, which
     is ``False`` whenever SQLite rolled the call's transaction back or never
-    began it, and ``True`` only when committing itself failed.
+    began it, and ``True`` only when committing itself failed, or when an
+    erase in batches failed after some of them had committed (erase again
+    to delete the rest).
     """
 
 
@@ -72,6 +74,7 @@ class DatabaseFileMovedError(DatabaseUnavailableError):
 
     Writing on would put facts into a file nobody can open again (or report
     deletions from the wrong one), so every call refuses, and changes
-    nothing (``may_have_taken_effect`` is ``False``). Put the file back, or
-    close the store and open the path again.
+    nothing (``may_have_taken_effect`` is ``False``; an erase in batches
+    whose earlier batches had committed says ``True``). Put the file back,
+    or close the store and open the path again.
     """

@@ -892,10 +892,11 @@ def _next_batch_rows(rows: int, took: float, target: float) -> int:
 
 def _partly_erased(error: SqliteMemoryError, deleted: int) -> DatabaseUnavailableError:
     """The error of an erase that failed after ``deleted`` facts were committed deleted."""
-    if isinstance(error, DatabaseUnavailableError):
-        kind, reason = type(error), error.reason
-    else:
-        kind, reason = DatabaseUnavailableError, "SQLite found the file corrupt"
+    # A file found corrupt part-way is no longer a DatabaseFileError, whose
+    # promise is that nothing was deleted.
+    unavailable = error if isinstance(error, DatabaseUnavailableError) else None
+    kind = DatabaseUnavailableError if unavailable is None else type(unavailable)
+    reason = "the file is corrupt" if unavailable is None else unavailable.reason
     return kind(
         "erase",
         f"{reason}, after {deleted} facts were deleted for good: erase again to delete the rest",
