@@ -12,6 +12,12 @@ tables, ready to paste into ``docs/benchmarks.md``:
    ratio large / small (target: at most 1.25, that is flat).
 3. Bytes of memory per stored fact, traced with `tracemalloc`, beside the
    baseline's figure (target: at most 1.3 times the baseline's).
+4. One end user of a million facts (restored, so the id index exists):
+   the worst wait of another thread's ``recall`` of another end user while
+   that end user is erased and freed, beside the same reader with nothing
+   else running, in the same run (target: a few milliseconds); and reading
+   the end user page by page beside one ``recall`` of it.
+   ``--large-only`` runs this part alone.
 
 The figures are printed, never asserted: a benchmark that fails on a busy
 machine teaches nothing. Like `timeit`, the timed loops run with the garbage
@@ -151,6 +157,7 @@ class Sizes:
     backgrounds: tuple[int, int]
     scaling_rounds: int
     memory_facts: int
+    large_facts: int
 
 
 FULL = Sizes(
@@ -161,6 +168,7 @@ FULL = Sizes(
     backgrounds=(1_000, 1_000_000),
     scaling_rounds=60,
     memory_facts=100_000,
+    large_facts=1_000_000,
 )
 QUICK = Sizes(
     rounds=3,
@@ -170,6 +178,7 @@ QUICK = Sizes(
     backgrounds=(1_000, 100_000),
     scaling_rounds=15,
     memory_facts=20_000,
+    large_facts=100_000,
 )
 
 
@@ -379,6 +388,133 @@ def bytes_per_fact(factory: Factory, facts: int) -> float:
 # Report.
 
 
+SLOW_GAP = 0.005
+"""A gap between two answers longer than the interpreter's switch interval."""
+
+
+class Waits:
+    """Another thread calling ``recall`` of a small end user in a loop, timing each call."""
+
+    def __init__(self, store: InProcessMemory) -> None:
+        self._store = store
+        self._stop = threading.Event()
+        self._calls: list[float] = []
+        self._gaps: list[float] = []
+        self._thread = threading.Thread(target=asyncio.run, args=(self._read(),))
+
+    async def _read(self) -> None:
+        last = perf_counter()
+        while not self._stop.is_set():
+            started = perf_counter()
+            await self._store.recall("acme", "reader")
+            ended = perf_counter()
+            self._calls.append(ended - started)
+            # From one answer to the next: a wait for the GIL between two
+            # calls counts too.
+            self._gaps.append(ended - last)
+            last = ended
+
+    def __enter__(self) -> Waits:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def figures(self) -> tuple[int, float, float, float, int]:
+        """Calls, 99th percentile and worst of the call times, the worst gap, gaps over 5 ms."""
+        calls = sorted(self._calls)
+        over = sum(gap > SLOW_GAP for gap in self._gaps)
+        return len(calls), calls[int(len(calls) * 0.99)], calls[-1], max(self._gaps), over
+
+
+@dataclass
+class Large:
+    """What `large_end_user` measured."""
+
+    recall: float = 0.0
+    pages: float = 0.0
+    erased: int = 0
+    erase_call: float = 0.0
+    freed: float = 0.0
+    quiet: tuple[int, float, float, float, int] = (0, 0.0, 0.0, 0.0, 0)
+    during: tuple[int, float, float, float, int] = (0, 0.0, 0.0, 0.0, 0)
+
+
+def large_end_user(facts: int) -> Large:
+    """Erase and page one end user of ``facts`` facts, with a reader of another end user."""
+    from psych_runtime.memory.inproc._reaper import REAPER  # noqa: PLC0415 - private, only here.
+
+    store = InProcessMemory()
+    key = MemoryKey("acme", "large")
+    when = datetime.now(UTC)
+    large = Large()
+
+    async def fill() -> None:
+        await store.restore_many(
+            Memory(f"fact-{number}", key, "a fact", when) for number in range(facts)
+        )
+        for number in range(5):
+            await store.remember("acme", "reader", f"reader fact {number}")
+
+    async def read_whole() -> None:
+        started = perf_counter()
+        await store.recall("acme", "large")
+        large.recall = perf_counter() - started
+        started = perf_counter()
+        page = await store.recall_page("acme", "large", size=1000)
+        while len(page) == 1000:
+            page = await store.recall_page("acme", "large", after=page[-1].id, size=1000)
+        large.pages = perf_counter() - started
+
+    async def erase() -> None:
+        started = perf_counter()
+        large.erased = await store.erase("acme", "large")
+        large.erase_call = perf_counter() - started
+
+    asyncio.run(fill())
+    asyncio.run(read_whole())
+    gc.collect()
+    with Waits(store) as quiet:
+        threading.Event().wait(1.0)
+    large.quiet = quiet.figures()
+    with Waits(store) as during:
+        threading.Event().wait(0.05)
+        started = perf_counter()
+        asyncio.run(erase())
+        REAPER.wait()
+        large.freed = perf_counter() - started
+    large.during = during.figures()
+    return large
+
+
+def report_large(facts: int) -> None:
+    large = large_end_user(facts)
+    print(f"## One end user of {facts:,} facts (restored: the id index exists)\n")
+    print(
+        f"`erase` returned {large.erased:,} after {large.erase_call * 1e3:.2f} ms (the first "
+        f"large erase of the process also starts the thread that frees the facts); its "
+        f"facts and index entries were freed {large.freed:.2f} s after the call began.\n"
+    )
+    print("Another thread's `recall` of another end user (5 facts), called in a loop:\n")
+    print("| while | calls | p99 | worst call | worst gap between two answers | gaps > 5 ms |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    for label, (calls, p99, worst, gap, over) in (
+        ("nothing else runs (1 s)", large.quiet),
+        ("the erase runs, until freed", large.during),
+    ):
+        print(
+            f"| {label} | {calls:,} | {p99 * 1e6:,.0f} us | {worst * 1e3:.2f} ms "
+            f"| {gap * 1e3:.2f} ms | {over:,} |"
+        )
+    print()
+    print(
+        f"Reading the end user: one `recall` {large.recall * 1e3:.0f} ms, "
+        f"pages of 1,000 {large.pages * 1e3:.0f} ms.\n"
+    )
+
+
 class Targets:
     """Collects which of the adapter's targets a run missed."""
 
@@ -461,12 +597,20 @@ def main(argv: Sequence[str] | None = None) -> None:
         action="store_true",
         help="a smaller run (100 thousand background facts instead of a million)",
     )
+    parser.add_argument(
+        "--large-only",
+        action="store_true",
+        help="only the erase and pages of one large end user",
+    )
     args = parser.parse_args(argv)
     sizes = QUICK if args.quick else FULL
     started = perf_counter()
     targets = Targets()
     print("# InProcessMemory beside a dict-plus-lock baseline\n")
     report_machine(sizes, quick=args.quick)
+    if args.large_only:
+        report_large(sizes.large_facts)
+        return
     report_throughput(throughput(sizes), targets)
     report_scaling(scaling(sizes), targets)
     report_memory(
@@ -475,6 +619,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         sizes.memory_facts,
         targets,
     )
+    report_large(sizes.large_facts)
     if targets.missed:
         print("Targets missed: " + "; ".join(targets.missed) + ".")
     else:

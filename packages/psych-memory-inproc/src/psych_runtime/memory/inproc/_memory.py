@@ -62,8 +62,8 @@ class InProcessMemory(MemoryStore):
     never across an ``await``, so the store is safe to share between tasks
     on asyncio or trio and between threads that each run their own event
     loop. An erased key leaves the table at once; when it held more than
-    `ERASED_AT_ONCE` facts, a background thread frees them and their index
-    entries in small steps, so that no caller waits for a large erase.
+    4,096 facts, a background thread frees them and their index entries in
+    small steps, so that no caller waits for a large erase.
 
     There is nothing to open: ``async with InProcessMemory() as memory:`` and
     a bare ``InProcessMemory()`` are both ready. Closing drops every fact at
