@@ -19,6 +19,15 @@ Part 2, export: one end user with ``--export-facts`` facts in a SQLite file,
 written to a file by ``psych-memory export -o`` and by a raw ``SELECT`` whose
 rows are dumped as JSON. Figure of merit: the ratio of times (target: 2).
 
+Part 3, sizes: one end user of ``--big-facts`` facts (1,000,000 by default)
+goes through the installed console script, each command a process of its own
+whose peak memory (``ru_maxrss``, from ``os.wait4``) is reported: an import
+of a JSON Lines file into SQLite and into PostgreSQL at the defaults, an
+export of that end user from each, and a count of its facts. The baseline,
+in the same run, is the same command on an end user of one fact: the
+process's own size (Python, the drivers, the store opened). ``--skip-big``
+leaves this part out.
+
 Each part alternates the two sides for ``--rounds`` rounds; the best round of
 each counts. Figures go to stdout; copy them to docs/operators.md.
 """
@@ -30,7 +39,9 @@ import contextlib
 import io
 import json
 import os
+import shutil
 import sqlite3
+import subprocess
 import sys
 import tempfile
 import time
@@ -44,6 +55,8 @@ import psycopg
 from psycopg import sql
 
 from psych_runtime.memory.admin import main, open_memory
+from psych_runtime.memory.admin._format import export_fact, export_head
+from psych_runtime.memory.port import Memory, MemoryKey
 from psych_runtime.memory.postgres import PostgresMemory
 
 DSN = os.environ.get("PSYCH_MEMORY_TEST_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test")
@@ -217,6 +230,77 @@ def part_export(folder: Path, facts: int, rounds: int) -> None:
     print(f"  ratio export / raw:        {best_cli / best_raw:8.1f}x   (target 2x)")
 
 
+def write_export(path: Path, end_user: str, facts: int) -> None:
+    """A JSON Lines export of ``facts`` facts, written a fact at a time."""
+    key = MemoryKey("tenant", end_user)
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    with path.open("w", encoding="utf-8") as stream:
+        stream.write(export_head(key, datetime.now(UTC), "jsonl", facts))
+        for n in range(facts):
+            fact = Memory(
+                f"{end_user}-{n:09d}",
+                key,
+                f"fact number {n} of a large end user, with a few words more",
+                start + timedelta(microseconds=n),
+            )
+            stream.write(export_fact(fact, "jsonl", first=not n))
+
+
+def measured(argv: list[str], cwd: Path) -> tuple[float, float, str]:
+    """Run the console script; its time (s), peak memory (MB) and output's first line."""
+    script = shutil.which("psych-memory") or str(Path(sys.executable).parent / "psych-memory")
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        started = time.perf_counter()
+        process = subprocess.Popen([script, *argv], cwd=cwd, stdout=out, stderr=err)  # noqa: S603
+        _, status, usage = os.wait4(process.pid, 0)
+        elapsed = time.perf_counter() - started
+        process.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        if process.returncode:
+            raise SystemExit(f"psych-memory {argv[0]} failed: {err.read().decode()}")
+        shown = out.read(300).decode(errors="replace").splitlines()
+    # ru_maxrss is in kilobytes on Linux.
+    return elapsed, usage.ru_maxrss / 1024, shown[0] if shown else ""
+
+
+def part_sizes(folder: Path, facts: int) -> None:
+    big, small = folder / "big.jsonl", folder / "small.jsonl"
+    started = time.perf_counter()
+    write_export(big, "big", facts)
+    write_export(small, "small", 1)
+    print(
+        f"Part 3, one end user of {facts:,} facts ({big.stat().st_size / 1e6:,.0f} MB as JSON "
+        f"Lines, written in {time.perf_counter() - started:.1f} s); each line a process: "
+        "time, peak memory (ru_maxrss), and the same for one fact (the baseline)"
+    )
+    with fresh_schema() as schema:
+        stores = {"SQLite": f"sqlite:///{folder / 'big.sqlite3'}", "PostgreSQL": pg_url(schema)}
+        for name, url in stores.items():
+            rows = [
+                ("import, at the defaults", ["import", url, "{file}"]),
+                ("export -o, json", ["export", url, "--tenant", "tenant", "--user", "{user}",
+                                     "-o", "{out}.json"]),
+                ("export -o, jsonl", ["export", url, "--tenant", "tenant", "--user", "{user}",
+                                      "--format", "jsonl", "-o", "{out}.jsonl"]),
+                ("count --user", ["count", url, "--tenant", "tenant", "--user", "{user}"]),
+            ]  # fmt: skip
+            for label, template in rows:
+                figures = []
+                for user, file in (("small", small), ("big", big)):
+                    argv = [
+                        part.format(file=file, user=user, out=folder / f"{name}-{user}-{label[:6]}")
+                        for part in template
+                    ]
+                    figures.append(measured(argv, folder))
+                (base_time, base_peak, _), (big_time, big_peak, shown) = figures
+                print(
+                    f"  {name:10} {label + ':':26} {big_time:8.1f} s {big_peak:7.0f} MB peak"
+                    f"   (1 fact: {base_time:5.2f} s {base_peak:5.0f} MB)"
+                    + (f"   {shown}" if label == "count --user" else "")
+                )
+
+
 def main_bench() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--facts", type=int, default=20_000)
@@ -224,17 +308,26 @@ def main_bench() -> None:
     parser.add_argument("--export-facts", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--jobs", type=int, default=8, help="migrate --jobs, and the pool's size")
+    parser.add_argument("--big-facts", type=int, default=1_000_000)
+    parser.add_argument("--skip-big", action="store_true", help="leave out part 3")
+    parser.add_argument("--only-big", action="store_true", help="run part 3 alone")
     parser.add_argument("--quick", action="store_true", help="a short smoke run")
     options = parser.parse_args()
     if options.quick:
         options.facts, options.end_users, options.export_facts, options.rounds = 1000, 20, 1000, 1
+        options.big_facts = 20_000
     print(
         f"Python {sys.version.split()[0]}, psycopg {psycopg.__version__}, "
         f"SQLite {sqlite3.sqlite_version}"
     )
     with tempfile.TemporaryDirectory() as folder:
-        part_migration(Path(folder), options.facts, options.end_users, options.rounds, options.jobs)
-        part_export(Path(folder), options.export_facts, options.rounds)
+        if not options.only_big:
+            part_migration(
+                Path(folder), options.facts, options.end_users, options.rounds, options.jobs
+            )
+            part_export(Path(folder), options.export_facts, options.rounds)
+        if not options.skip_big:
+            part_sizes(Path(folder), options.big_facts)
 
 
 if __name__ == "__main__":
