@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from functools import partial
 from urllib.parse import quote
 
 import anyio
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
-from psych_runtime.memory.postgres import open_url
+from psych_runtime.memory.postgres import StoreUnavailableError, open_url
 from psych_runtime.memory.postgres._url import parse_url
 
 
@@ -73,3 +74,29 @@ async def test_open_memory_takes_a_list_of_servers(postgres_dsn: str, schema: st
         async with admin.open_memory(_listing(postgres_dsn, schema)) as store:
             fact = await store.remember("acme", "u1", "opened by the operator's opener")
             assert await store.recall("acme", "u1") == (fact,)
+
+
+@pytest.mark.anyio
+async def test_a_read_only_server_refuses_every_write_having_changed_nothing(
+    postgres_dsn: str, schema: str
+) -> None:
+    # A server that refuses writes (here: the test server, with every
+    # transaction of these sessions read-only, as on a standby) is told
+    # apart from a statement refused for good: the call is replayed, then
+    # fails as unavailable, and it changed nothing.
+    read_only = _listing(postgres_dsn, schema).replace(
+        "target_session_attrs=read-write", "options=-c%20default_transaction_read_only%3Don"
+    )
+    with anyio.fail_after(60):
+        async with open_url(_listing(postgres_dsn, schema)) as store:
+            facts = [await store.remember("acme", "u1", f"fact {index}") for index in range(2)]
+        async with open_url(read_only) as store:
+            for call in (
+                partial(store.forget, "acme", "u1", facts[0].id),
+                partial(store.erase, "acme", "u1"),
+                partial(store.remember, "acme", "u1", "not stored"),
+            ):
+                with pytest.raises(StoreUnavailableError, match="read-only") as caught:
+                    await call()
+                assert caught.value.may_have_taken_effect is False
+            assert await store.recall("acme", "u1") == tuple(facts)
