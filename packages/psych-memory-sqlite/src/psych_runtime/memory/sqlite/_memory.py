@@ -73,7 +73,7 @@ _SELECT_AFTER: Final = (
     "SELECT f.id, f.content, f.created_at FROM psych_memory_fact AS a "
     "LEFT JOIN psych_memory_fact AS f ON f.tenant = a.tenant "
     "AND f.end_user_id = a.end_user_id AND f.seq > a.seq "
-    "WHERE a.id = ?1 AND a.tenant = ?2 AND a.end_user_id = ?3 ORDER BY f.seq LIMIT ?4"
+    "WHERE a.id = ? AND a.tenant = ? AND a.end_user_id = ? ORDER BY f.seq LIMIT ?"
 )
 _SELECT_BY_ID: Final = (
     "SELECT tenant, end_user_id, content, created_at FROM psych_memory_fact WHERE id = ?"
@@ -82,9 +82,9 @@ _DELETE_ONE: Final = "DELETE FROM psych_memory_fact WHERE tenant = ? AND end_use
 _LAST_SEQ: Final = "SELECT max(seq) FROM psych_memory_fact WHERE tenant = ? AND end_user_id = ?"
 # The oldest facts of the key, up to the last one it held when the erase began.
 _DELETE_BATCH: Final = (
-    "DELETE FROM psych_memory_fact WHERE tenant = ?1 AND end_user_id = ?2 AND seq IN ("
-    "SELECT seq FROM psych_memory_fact WHERE tenant = ?1 AND end_user_id = ?2 AND seq <= ?3 "
-    "ORDER BY seq LIMIT ?4)"
+    "DELETE FROM psych_memory_fact WHERE tenant = ? AND end_user_id = ? AND seq IN ("
+    "SELECT seq FROM psych_memory_fact WHERE tenant = ? AND end_user_id = ? AND seq <= ? "
+    "ORDER BY seq LIMIT ?)"
 )
 _TENANTS: Final = "SELECT DISTINCT tenant FROM psych_memory_fact ORDER BY tenant"
 _END_USERS: Final = (
@@ -666,7 +666,8 @@ class SqliteMemory(MemoryStore):
                 (last,) = conn.execute(_LAST_SEQ, (tenant, end_user)).fetchone()
                 if last is None:
                     return 0
-            return conn.execute(_DELETE_BATCH, (tenant, end_user, last, rows)).rowcount
+            batch = (tenant, end_user, tenant, end_user, last, rows)
+            return conn.execute(_DELETE_BATCH, batch).rowcount
 
         conn: sqlite3.Connection | None = None
         try:

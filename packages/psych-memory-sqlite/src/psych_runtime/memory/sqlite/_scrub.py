@@ -12,8 +12,9 @@ older copies survive that:
   deleting the row does not zero it: only rewriting the file (``VACUUM``)
   removes it.
 
-The log is emptied after every deletion when nobody is in the way, which
-costs little. Rewriting costs about as much as copying the file, so it is
+The log is emptied after every deletion when nobody is in the way (after
+the last batch of an erase in batches), which costs what the deletion
+wrote to it. Rewriting costs about as much as copying the file, so it is
 done by the store's ``scrub()`` and at close, never inside a call. Both can
 only finish while no other connection reads an older snapshot or writes,
 which is not this store's to decide: the deletion is committed and answered
