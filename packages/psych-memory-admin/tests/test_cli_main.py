@@ -391,3 +391,14 @@ def test_each_json_line_holds_one_whole_object(text: str, words: str) -> None:
     with pytest.raises(ExportFormatError) as caught:
         parse_export(text)
     assert words in str(caught.value)
+
+
+def test_an_id_repeated_far_from_its_first_fact_is_refused_naming_the_second() -> None:
+    # The ids seen are checked in chunks of 10,000, across chunks too.
+    key = MemoryKey("acme", "u1")
+    moment = datetime(2026, 3, 1, tzinfo=UTC)
+    facts = [Memory(f"f{n}", key, "x", moment) for n in range(10_004)]
+    facts.append(Memory("f3", key, "y", moment))
+    with pytest.raises(ExportFormatError) as caught:
+        parse_export(render_export(key, facts, moment, "jsonl"))
+    assert str(caught.value) == "line 10006 has the id of an earlier fact"

@@ -21,10 +21,13 @@ from __future__ import annotations
 import codecs
 import json
 import re
+import sqlite3
+import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from io import BytesIO
+from pathlib import Path
 from typing import IO, Final, Literal
 
 from psych_runtime.memory.port import (
@@ -143,9 +146,9 @@ class ExportReader:
     """Reads an export from a binary file in chunks, checking every rule of the format.
 
     `check` reads the file once to the end and returns whose facts it
-    holds, holding no more than one fact (and the ids seen, to refuse one
-    given twice); `facts` reads it again and hands the facts out one by
-    one. ``open_file`` is called for each reading.
+    holds, holding no more than one fact (the ids seen, to refuse one given
+    twice, go to a temporary file); `facts` reads it again and hands the
+    facts out one by one. ``open_file`` is called for each reading.
     """
 
     def __init__(self, open_file: Callable[[], IO[bytes]]) -> None:
@@ -163,15 +166,14 @@ class ExportReader:
             UnicodeDecodeError: The file is not UTF-8.
             OSError: The file cannot be read.
         """
-        seen: set[str] = set()
-        with self._open() as stream:
+        with self._open() as stream, _Ids() as seen:
             document = _Document(stream)
+            self.count = 0
             for where, entry in document.entries():
                 fact_id, _, _ = _fact_fields(entry, where)
-                if fact_id in seen:
-                    raise ExportFormatError(f"{where} has the id of an earlier fact")
-                seen.add(fact_id)
-            self.count = len(seen)
+                seen.add(fact_id, where)
+                self.count += 1
+            seen.flush()
             return document.key()
 
     def facts(self, key: MemoryKey) -> Iterator[Memory]:
@@ -188,6 +190,55 @@ class ExportReader:
                 yield Memory(id=memory_id, key=key, content=content, created_at=created_at)
             if document.key() != key:
                 raise ExportFormatError("changed while it was read")
+
+
+class _Ids:
+    """The ids of a file's facts, kept in a temporary SQLite file, not in memory.
+
+    A set in memory would grow by about 75 MB per million facts; this
+    stays at SQLite's page cache, however large the file.
+    """
+
+    _CHUNK: Final = 10_000
+
+    def __init__(self) -> None:
+        self._folder = tempfile.TemporaryDirectory()
+        self._db = sqlite3.connect(Path(self._folder.name) / "ids.sqlite3")
+        self._db.executescript(
+            "PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF;"
+            "CREATE TABLE seen (id TEXT PRIMARY KEY) WITHOUT ROWID;"
+        )
+        self._pending: list[tuple[str, str]] = []
+
+    def add(self, fact_id: str, where: str) -> None:
+        """Note ``fact_id``; refuse it, naming ``where``, if an earlier fact had it."""
+        self._pending.append((fact_id, where))
+        if len(self._pending) >= self._CHUNK:
+            self.flush()
+
+    def flush(self) -> None:
+        """Check the ids noted since the last flush."""
+        try:
+            with self._db:
+                self._db.executemany(
+                    "INSERT INTO seen VALUES (?)", [(fact_id,) for fact_id, _ in self._pending]
+                )
+        except sqlite3.IntegrityError:
+            # Rare: one by one, to name the first fact whose id came before.
+            for fact_id, where in self._pending:
+                try:
+                    with self._db:
+                        self._db.execute("INSERT INTO seen VALUES (?)", (fact_id,))
+                except sqlite3.IntegrityError:
+                    raise ExportFormatError(f"{where} has the id of an earlier fact") from None
+        self._pending.clear()
+
+    def __enter__(self) -> _Ids:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._db.close()
+        self._folder.cleanup()
 
 
 # A fact's longest text: 4,096 characters, each escaped in six, and its id
