@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -20,6 +22,7 @@ from psych_runtime.memory.port import (
     InvalidInputError,
     ListsEndUsers,
     Memory,
+    MemoryKey,
     MemoryStore,
     PagesFacts,
     RestoresFacts,
@@ -255,3 +258,38 @@ def test_instrument_refuses_what_it_cannot_use() -> None:
         instrument(InProcessMemory(), store_id="")
     with pytest.raises(TypeError, match="capture_tenant must be None or a bool, not str"):
         instrument(InProcessMemory(), capture_tenant="yes")  # type: ignore[arg-type]
+
+
+async def test_pages_and_restored_facts_carry_their_content_when_opted_in(
+    telemetry: Telemetry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true")
+    store = telemetry.instrument(type("Both", (_Pages, _Restores), {})())
+    assert isinstance(store, PagesFacts)
+    assert isinstance(store, RestoresFacts)
+    fact = await store.remember("acme", "u1", "CONTENT paged")
+    moved = Memory("moved-1", MemoryKey("acme", "u2"), "CONTENT moved", datetime.now(UTC))
+    assert await store.restore(moved) is True
+    assert await store.recall_page("acme", "u1", size=3) == (fact,)
+    records = {
+        span.name + ":" + str(dict(span.attributes or {})["psych_memory.operation"]): json.loads(
+            str(dict(span.attributes or {})["gen_ai.memory.records"])
+        )
+        for span in telemetry.spans()
+    }
+    assert records == {
+        "create_memory:remember": [{"id": fact.id, "content": "CONTENT paged"}],
+        "create_memory:restore": [{"id": "moved-1", "content": "CONTENT moved"}],
+        "search_memory:recall_page": [{"id": fact.id, "content": "CONTENT paged"}],
+    }
+
+
+async def test_a_failure_is_measured_even_when_its_span_is_not_recorded(
+    telemetry: Telemetry,
+) -> None:
+    store = instrument(InProcessMemory(), meter_provider=telemetry.meter_provider)
+    with pytest.raises(InvalidInputError):
+        await store.remember("acme", "u1", "")
+    (point,) = telemetry.points("psych_memory.client.operation.errors")
+    assert point.value == 1
+    assert telemetry.spans() == ()
