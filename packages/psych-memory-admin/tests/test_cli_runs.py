@@ -22,7 +22,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from psych_runtime.memory.admin import open_memory, store_schemes
+from psych_runtime.memory.admin import ExitCode, open_memory, store_schemes
 from psych_runtime.memory.admin._format import render_export
 from psych_runtime.memory.port import (
     MAX_CREATED_AT,
@@ -347,6 +347,8 @@ def test_erase_receipt_as_text_shows_no_password_and_no_fact(
     assert SECRET not in erased.stdout + erased.stderr
     assert "ships to Berlin" not in erased.stdout
     assert not any(line.startswith("deleted bytes:") for line in lines)  # PostgreSQL: no scrub
+    # Read from the server: the test server streams to no standby.
+    assert "durability:     on a server with no replication" in lines
     assert ("acme", "u1") not in snapshot(url)
 
 
@@ -733,3 +735,30 @@ def test_the_second_of_two_erasures_at_once_says_someone_else_erased_them(
         "outcome:        already erased: another erasure deleted this end user's facts after "
         "they were counted; this command deleted none"
     ) in out.splitlines()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("count", "--tenant", "acme"),
+        ("count", "--tenant", "acme", "--user", "user-42"),
+        ("export", "--tenant", "acme", "--user", "user-42"),
+        ("users", "--tenant", "acme"),
+        ("erase", "--tenant", "acme", "--user", "user-42", "--yes"),
+    ],
+    ids=["count", "count-user", "export", "users", "erase"],
+)
+def test_a_reading_or_deleting_command_on_a_mistyped_schema_creates_nothing(
+    tmp_path: Path, postgres_url: str, pg_schema: str, args: tuple[str, ...]
+) -> None:
+    import psycopg  # noqa: PLC0415
+
+    run = psych_memory(*args, pg_url(postgres_url, pg_schema), cwd=tmp_path)
+    assert run.returncode == ExitCode.UNAVAILABLE, run.stderr
+    line = one_error_line(run.stderr, "URL")
+    assert "does not exist" in line, line
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        found = conn.execute(
+            "SELECT count(*) FROM pg_namespace WHERE nspname = %s", (pg_schema,)
+        ).fetchone()
+    assert found == (0,), "the command created the schema it was only to read"

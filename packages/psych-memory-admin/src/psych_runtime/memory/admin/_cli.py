@@ -51,6 +51,7 @@ from ._format import (
 from ._migrate import Migration, Progress, migrate
 from ._pages import count_facts, pages, retried
 from ._stores import (
+    ReportsDurability,
     Scrubs,
     checked_key,
     checked_tenant,
@@ -376,6 +377,7 @@ def erase(url: str, tenant: str, end_user: str, yes: bool, as_json: bool) -> int
                 raise _nothing_to_erase()
             if deleted and isinstance(store, Scrubs):
                 scrub = "scrubbed" if await store.scrub() else "pending"
+            durability = await _durability(store) if deleted else None
         receipt: dict[str, object] = {
             "receipt": RECEIPT_NAME,
             "version": RECEIPT_VERSION,
@@ -385,6 +387,7 @@ def erase(url: str, tenant: str, end_user: str, yes: bool, as_json: bool) -> int
             "erased_at": utc_text(erased_at),
             "store": redact_url(url),
             "scrub": scrub,
+            "deletion_durability": durability,
             "outcome": "erased" if deleted else "already_erased",
         }
         click.echo(
@@ -393,6 +396,28 @@ def erase(url: str, tenant: str, end_user: str, yes: bool, as_json: bool) -> int
         return ExitCode.DONE if deleted else ExitCode.NOT_FOUND
 
     return _run(body)
+
+
+async def _durability(store: MemoryStore) -> str | None:
+    # Asked after the deletion, which stands whatever the answer: a server
+    # that cannot say makes the receipt say "unknown", not the erase fail.
+    if not isinstance(store, ReportsDurability):
+        return None
+    try:
+        return await store.deletion_durability()
+    except MemoryStoreError:
+        return "unknown"
+
+
+_DURABILITY_TEXT: Final = {
+    "synchronous_standbys": "confirmed by the synchronous standbys (it survives their promotion)",
+    "primary_only": (
+        "on the primary only (its standbys replicate asynchronously: a failover before they "
+        "replay it could bring the facts back)"
+    ),
+    "no_replication": "on a server with no replication",
+    "unknown": "unknown (the server could not be asked)",
+}
 
 
 def _confirmed(question: str) -> bool:
@@ -459,6 +484,9 @@ def _receipt_text(receipt: dict[str, object]) -> str:
             "outcome:        already erased: another erasure deleted this end user's facts "
             "after they were counted; this command deleted none"
         )
+    durability = receipt["deletion_durability"]
+    if isinstance(durability, str):
+        lines.append(f"durability:     {_DURABILITY_TEXT.get(durability, durability)}")
     if receipt["scrub"] == "scrubbed":
         lines.append("deleted bytes:  scrubbed (none remain in the database file or its log)")
     elif receipt["scrub"] == "pending":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
@@ -20,11 +21,16 @@ ENTRY_POINT_GROUP: Final = "psych_runtime.memory.stores"
 
 Each entry point is named after a scheme, in lower case, and refers to the
 backend's ``open_url(url: str) -> AbstractAsyncContextManager[MemoryStore]``.
+The opener may also take a keyword-only ``create: bool`` (default ``True``):
+the operator's commands that only read or delete pass ``create=False``, and
+the backend then creates nothing (no schema, no table) where the URL names
+none.
 """
 
 _log = logging.getLogger("psych_runtime.memory.admin")
 
-Opener = Callable[[str], AbstractAsyncContextManager[MemoryStore]]
+# Called with the URL, and ``create=False`` when the opener takes it.
+Opener = Callable[..., AbstractAsyncContextManager[MemoryStore]]
 
 
 def store_schemes() -> tuple[str, ...]:
@@ -67,18 +73,26 @@ async def open_memory(url: str) -> AsyncIterator[MemoryStore]:
 
 
 @asynccontextmanager
-async def opening(url: str, check: Callable[[], None] | None) -> AsyncIterator[MemoryStore]:
+async def opening(
+    url: str, check: Callable[[], None] | None, *, create: bool = True
+) -> AsyncIterator[MemoryStore]:
     """`open_memory`, calling ``check()`` once the backend accepted the URL, before it opens.
 
     What the command needs to refuse, say, a SQLite file that does not
-    exist without reporting a malformed URL as a missing file.
+    exist without reporting a malformed URL as a missing file. With
+    ``create=False`` (a command that only reads or deletes), an opener that
+    takes the keyword ``create`` is asked to create nothing, such as a
+    PostgreSQL schema named by a mistyped URL.
     """
     scheme = url_scheme(url)
     opener = _opener(scheme)
     async with AsyncExitStack() as stack:
         refusal: str | None = None
         try:
-            context = opener(url)
+            if create or not _takes_create(opener):
+                context = opener(url)
+            else:
+                context = opener(url, create=False)
             if not hasattr(type(context), "__aenter__"):
                 raise StoreBackendError(
                     scheme,
@@ -147,6 +161,17 @@ def _opener(scheme: str) -> Opener:
         )
     loaded: Opener = opener
     return loaded
+
+
+def _takes_create(opener: Opener) -> bool:
+    # The keyword is optional for a backend: a third-party opener without it
+    # is called as before.
+    try:
+        parameters = inspect.signature(opener).parameters
+    except (TypeError, ValueError):
+        return False
+    parameter = parameters.get("create")
+    return parameter is not None and parameter.kind is inspect.Parameter.KEYWORD_ONLY
 
 
 def _owner(entry_point: EntryPoint) -> str:

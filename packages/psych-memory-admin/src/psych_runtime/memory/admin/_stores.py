@@ -25,6 +25,7 @@ from ._open import opening
 from ._url import url_scheme
 
 __all__ = [
+    "ReportsDurability",
     "Scrubs",
     "checked_key",
     "lister",
@@ -34,6 +35,20 @@ __all__ = [
 ]
 
 _KEY_OPTIONS = {"tenant": "--tenant", "scope.tenant": "--tenant", "end_user_id": "--user"}
+
+
+@runtime_checkable
+class ReportsDurability(Protocol):
+    """A store that says, read from its server, where an acknowledged deletion is durable.
+
+    PostgreSQL's answer is ``"synchronous_standbys"``, ``"primary_only"`` or
+    ``"no_replication"``. Checked by shape, so the command never imports an
+    adapter.
+    """
+
+    async def deletion_durability(self) -> str:
+        """Where a deletion acknowledged now is durable."""
+        ...
 
 
 @runtime_checkable
@@ -60,7 +75,9 @@ async def opened(
     """Open the store ``url`` names; its refusals and failures name ``argument``.
 
     With ``must_exist``, a ``sqlite:`` URL naming no file is refused instead
-    of creating an empty store: reading a store that is not there is a typo.
+    of creating an empty store, and a backend whose opener takes ``create``
+    (PostgreSQL) creates no schema or table: reading a store that is not
+    there is a typo.
     A ``sqlite:`` URL naming a folder, or a file in a folder that does not
     exist, is refused too, once the backend has accepted the URL's form.
     With ``own_failures_only`` (the inner of two stores open at once), a
@@ -75,7 +92,7 @@ async def opened(
     entered = False
     others: MemoryStoreError | None = None
     try:
-        async with opening(url, check) as store:
+        async with opening(url, check, create=not must_exist) as store:
             entered = True
             try:
                 yield store
