@@ -22,6 +22,7 @@ from psycopg_pool import AsyncConnectionPool
 from psych_runtime.memory import port
 from psych_runtime.memory.port import Memory
 from psych_runtime.memory.postgres import PostgresMemory, StoreUnavailableError
+from psych_runtime.memory.postgres._conversations import FEW_FACTS
 
 if TYPE_CHECKING:
     from conftest import Backdoor
@@ -97,16 +98,16 @@ async def test_a_pool_of_one_connection_recovers_too(backdoor: Backdoor, pool_ki
 
 
 class _Locked:
-    """A transaction of another connection holding the memories table locked."""
+    """A transaction of another connection holding the locks ``statement`` takes."""
 
-    def __init__(self, dsn: str, table: sql.Identifier) -> None:
+    def __init__(self, dsn: str, statement: sql.Composed) -> None:
         self._dsn = dsn
-        self._table = table
+        self._statement = statement
         self._conn: psycopg.Connection[Any] | None = None
 
     def acquire(self) -> None:
         self._conn = psycopg.connect(self._dsn)
-        self._conn.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(self._table))
+        self._conn.execute(self._statement)
 
     def release(self) -> None:
         if self._conn is not None:
@@ -115,23 +116,46 @@ class _Locked:
             self._conn = None
 
 
+def _whole_table(table: sql.Identifier) -> sql.Composed:
+    return sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(table)
+
+
 async def _wait_until_blocked(backdoor: Backdoor, name: str) -> None:
     # The call is in flight once its backend waits for the lock.
     await backdoor.wait_for_backend(name, "wait_event_type = 'Lock'")
 
 
-@_POOLS
-async def test_a_forget_in_flight_is_not_replayed_and_says_it_may_have_happened(
-    backdoor: Backdoor, pool_kind: str
+async def _killed_then_replayed(
+    backdoor: Backdoor, name: str, lock: _Locked, in_flight: Callable[[], Awaitable[None]]
 ) -> None:
-    operation = "forget"
+    # ``lock`` is held: the call blocks, its backend is terminated, and the
+    # replay waits for the lock in turn; once it is free, the call completes
+    # as if nothing had happened.
+    try:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(in_flight)
+            await _wait_until_blocked(backdoor, name)
+            assert await backdoor.terminate(name) >= 1
+            await _wait_until_blocked(backdoor, name)
+            await anyio.to_thread.run_sync(lock.release)
+    finally:
+        await anyio.to_thread.run_sync(lock.release)
+
+
+@_POOLS
+@pytest.mark.parametrize("operation", ["forget", "erase"])
+async def test_a_forget_or_small_erase_in_flight_is_not_replayed_and_says_it_may_have_happened(
+    backdoor: Backdoor, pool_kind: str, operation: str
+) -> None:
     with anyio.fail_after(_BOUND):
         async with _labelled_store(backdoor, pool_kind) as (store, name):
             facts = [await store.remember("acme", "u1", f"fact {n}") for n in range(3)]
             calls: dict[str, Callable[[], Awaitable[object]]] = {
                 "forget": lambda: store.forget("acme", "u1", facts[1].id),
+                # Three facts: the erase is its single statement.
+                "erase": lambda: store.erase("acme", "u1"),
             }
-            lock = _Locked(backdoor.dsn, backdoor.table)
+            lock = _Locked(backdoor.dsn, _whole_table(backdoor.table))
             await anyio.to_thread.run_sync(lock.acquire)
             failures: list[BaseException] = []
 
@@ -163,49 +187,64 @@ async def test_a_forget_in_flight_is_not_replayed_and_says_it_may_have_happened(
 
 
 @_POOLS
-@pytest.mark.parametrize("operation", ["remember", "recall", "erase"])
-async def test_a_read_an_insert_or_an_uncommitted_erase_is_replayed_on_a_fresh_connection(
+@pytest.mark.parametrize("operation", ["remember", "recall"])
+async def test_a_read_or_an_insert_is_replayed_on_a_fresh_connection(
     backdoor: Backdoor, pool_kind: str, operation: str
 ) -> None:
     with anyio.fail_after(_BOUND):
         async with _labelled_store(backdoor, pool_kind) as (store, name):
             facts = [await store.remember("acme", "u1", f"fact {n}") for n in range(3)]
-            lock = _Locked(backdoor.dsn, backdoor.table)
+            lock = _Locked(backdoor.dsn, _whole_table(backdoor.table))
             await anyio.to_thread.run_sync(lock.acquire)
             answers: list[object] = []
 
             async def in_flight() -> None:
                 if operation == "remember":
                     answers.append(await store.remember("acme", "u1", "exactly once"))
-                elif operation == "erase":
-                    # Its transaction never reached COMMIT: the server rolled
-                    # it back, so the replay counts every fact again.
-                    answers.append(await store.erase("acme", "u1"))
                 else:
                     answers.append(await store.recall("acme", "u1"))
 
-            try:
-                async with anyio.create_task_group() as tasks:
-                    tasks.start_soon(in_flight)
-                    await _wait_until_blocked(backdoor, name)
-                    assert await backdoor.terminate(name) >= 1
-                    # The replay waits for the lock in turn; once it is
-                    # free, the call completes as if nothing had happened.
-                    await _wait_until_blocked(backdoor, name)
-                    await anyio.to_thread.run_sync(lock.release)
-            finally:
-                await anyio.to_thread.run_sync(lock.release)
+            await _killed_then_replayed(backdoor, name, lock, in_flight)
 
             (answer,) = answers
             if operation == "remember":
                 assert isinstance(answer, Memory)
                 assert await store.recall("acme", "u1") == (*facts, answer)
                 assert await backdoor.count("acme", "u1") == 4
-            elif operation == "erase":
-                assert answer == len(facts)
-                assert await backdoor.count("acme", "u1") == 0
             else:
                 assert answer == tuple(facts)
+
+
+@_POOLS
+async def test_an_erase_of_many_facts_broken_before_commit_is_replayed_on_a_fresh_connection(
+    backdoor: Backdoor, pool_kind: str
+) -> None:
+    facts = FEW_FACTS + 1
+    with anyio.fail_after(_BOUND):
+        async with _labelled_store(backdoor, pool_kind) as (store, name):
+            await backdoor.load("u1", facts)
+            # A lock on the key's last fact: the single statement only counts
+            # (too many), and the batches then wait for it inside their
+            # transaction.
+            lock = _Locked(
+                backdoor.dsn,
+                sql.SQL(
+                    "SELECT FROM {} WHERE tenant = 'acme' AND end_user_id = 'u1'"
+                    " ORDER BY seq DESC LIMIT 1 FOR UPDATE"
+                ).format(backdoor.table),
+            )
+            await anyio.to_thread.run_sync(lock.acquire)
+            answers: list[int] = []
+
+            async def in_flight() -> None:
+                answers.append(await store.erase("acme", "u1"))
+
+            await _killed_then_replayed(backdoor, name, lock, in_flight)
+
+            # Its transaction never reached COMMIT: the server rolled it
+            # back, so the replay counts every fact again.
+            assert answers == [facts]
+            assert await backdoor.count("acme", "u1") == 0
 
 
 class _Worker:

@@ -55,19 +55,6 @@ async def _short_store(
             yield store
 
 
-async def _load(backdoor: Backdoor, end_user_id: str, count: int) -> None:
-    # Straight into the table, in one statement: the store's own calls
-    # would take minutes for a key this size.
-    await backdoor.query(
-        sql.SQL(
-            "INSERT INTO {} (id, tenant, end_user_id, content)"
-            " SELECT md5(%s::text || g), 'acme', %s, 'fact ' || g"
-            " FROM generate_series(1, %s) AS g"
-        ).format(backdoor.table),
-        (end_user_id, end_user_id, count),
-    )
-
-
 async def _slow_deletes(backdoor: Backdoor) -> None:
     function = sql.Identifier(backdoor.schema, "slow_delete")
     await backdoor.query(
@@ -109,7 +96,7 @@ async def test_an_end_user_too_big_for_one_statement_is_erased_in_one_call_all_o
 ) -> None:
     with anyio.fail_after(_BOUND):
         async with _short_store(backdoor, postgres_dsn, pool_kind) as store:
-            await _load(backdoor, "big", _FACTS)
+            await backdoor.load("big", _FACTS)
             neighbour = await store.remember("acme", "small", "stays")
             await _slow_deletes(backdoor)
             assert await _one_delete_is_cancelled(backdoor, "big")
@@ -151,7 +138,7 @@ async def test_an_end_user_too_big_for_one_statement_is_read_page_by_page(
 ) -> None:
     with anyio.fail_after(_BOUND):
         async with _short_store(backdoor, postgres_dsn, pool_kind) as store:
-            await _load(backdoor, "big", _FACTS)
+            await backdoor.load("big", _FACTS)
             await store.remember("acme", "other", "not on these pages")
             rows = await backdoor.query(
                 sql.SQL(
@@ -189,7 +176,7 @@ async def test_an_erase_whose_connection_is_killed_midway_is_decided(
     name = f"psych-size-{uuid4().hex[:16]}"
     with anyio.fail_after(_BOUND):
         async with _short_store(backdoor, backdoor.labelled(name), pool_kind) as store:
-            await _load(backdoor, "big", _FACTS)
+            await backdoor.load("big", _FACTS)
             await _slow_deletes(backdoor)
             outcome: list[int | StoreUnavailableError] = []
 

@@ -20,8 +20,10 @@ from ._runner import Conversation
 from ._schema import Statements
 
 __all__ = [
+    "FEW_FACTS",
     "end_users",
     "erase",
+    "erase_few",
     "fact_counts",
     "forget",
     "new_id",
@@ -41,6 +43,12 @@ __all__ = [
 _BATCH_SECONDS: Final = 0.1
 _BATCH_SHARE_OF_TIMEOUT: Final = 8
 _FIRST_BATCH: Final = 1_000
+FEW_FACTS: Final = _FIRST_BATCH
+"""The most facts `erase_few` deletes: a key of more needs `erase`'s batches.
+
+As many as the batched erase's first batch, so that one statement never
+does more than that batch would.
+"""
 _MIN_BATCH: Final = 100
 _MAX_BATCH: Final = 50_000
 
@@ -165,6 +173,21 @@ def recall_page(
     if rows[0][0] is None:
         raise StalePageError
     return tuple([Memory(row[1], key, row[2], utc(row[3])) for row in rows if row[1] is not None])
+
+
+def erase_few(sql: Statements, key: MemoryKey) -> Conversation[int | None]:
+    """Delete every fact of the key with one statement, if it holds at most `FEW_FACTS`.
+
+    Returns:
+        How many facts were deleted, or ``None`` (nothing deleted) when the
+        key holds more: those go with `erase`.
+    """
+    rows, _ = yield (
+        sql.erase_few,
+        (FEW_FACTS, key.tenant, key.end_user_id, FEW_FACTS + 1, key.tenant, key.end_user_id),
+    )
+    few, deleted = rows[0]
+    return int(deleted) if few else None
 
 
 def erase(sql: Statements, key: MemoryKey, statement_timeout: float | None) -> Conversation[int]:

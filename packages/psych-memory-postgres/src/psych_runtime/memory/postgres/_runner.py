@@ -472,10 +472,11 @@ def _replay(call: Call[Any], exc: psycopg.Error, *, broken: bool, sent: bool) ->
     # Whether another attempt cannot change the call's answer. A server that
     # refuses to write (a standby, or a primary fenced or being demoted)
     # changed nothing: a call in a transaction is rolled back whole, and of
-    # the calls outside one the only one never replayed, forget, is a single
-    # statement. Unless an earlier attempt broke after sending, the call is
-    # replayed on a fresh connection, which the URL's target_session_attrs
-    # sends to a writable server.
+    # the calls outside one the only ones never replayed, forget and the
+    # single statement of a small erase, are each one statement. Unless an
+    # earlier attempt broke after sending, the call is replayed on a fresh
+    # connection, which the URL's target_session_attrs sends to a writable
+    # server.
     if broken:
         return call.replayable or not sent
     return isinstance(exc, ReadOnlySqlTransaction) and not call.uncertain

@@ -147,8 +147,9 @@ class Statements:
     Each port operation but ``erase`` is one of these statements, run on its
     own: PostgreSQL applies a single statement atomically, so no partial
     state is ever visible to another connection. ``erase`` runs
-    ``erase_bound`` and ``erase_batch`` as often as the key needs, then
-    ``erase_rest``, inside one transaction.
+    ``erase_few`` on its own, which deletes a key of few facts; for a key
+    of more it runs ``erase_bound`` and ``erase_batch`` as often as the key
+    needs, then ``erase_rest``, inside one transaction.
 
     Every time is read as ``created_at AT TIME ZONE 'UTC'``, a time without
     zone in UTC: the session's ``TimeZone`` can neither shift it nor push it
@@ -162,6 +163,7 @@ class Statements:
     forget: bytes
     recall: bytes
     page: bytes
+    erase_few: bytes
     erase_bound: bytes
     erase_batch: bytes
     erase_rest: bytes
@@ -238,7 +240,21 @@ class Statements:
                 " WHERE tenant = %s AND end_user_id = %s AND seq > anchor.seq"
                 " ORDER BY seq LIMIT %s::bigint) AS page ON true ORDER BY page.seq"
             ),
-            # An erase goes batch by batch through the key's part of the
+            # Deletes the key only if it holds at most n facts, and says so
+            # in the same row: ``few`` reads at most n + 1 rows of the key's
+            # index, and the DELETE runs only when it found no more than n,
+            # so the statement costs O(n) whatever the key holds. ORDER BY
+            # seq keeps the planner on the key's index: without it, a key
+            # holding much of the table made a sequential scan look cheaper.
+            # Both parts read one snapshot: the facts deleted are those counted.
+            erase_few=render(
+                "WITH few AS (SELECT count(*) <= %s::bigint AS ok FROM (SELECT FROM {memories}"
+                " WHERE tenant = %s AND end_user_id = %s ORDER BY seq LIMIT %s::bigint) AS head),"
+                " gone AS (DELETE FROM {memories} WHERE tenant = %s AND end_user_id = %s"
+                " AND (SELECT ok FROM few){synced} RETURNING 1)"
+                " SELECT (SELECT ok FROM few), count(*) FROM gone"
+            ),
+            # An erase of more goes batch by batch through the key's part of the
             # primary key, each batch starting after the last seq of the one
             # before, so no scan walks again the rows earlier batches of
             # the same transaction deleted. ``erase_bound`` finds the seq

@@ -90,8 +90,9 @@ class PostgresMemory(MemoryStore):
 
     Each operation is one SQL statement (``remember`` adds a second one only
     when it replays), so it is atomic and no other connection ever sees part
-    of it; ``erase`` is a series of short ``DELETE`` statements in one
-    transaction, which is just as atomic and never meets
+    of it; ``erase`` is one statement too for an end user of at most a
+    thousand facts, and for a bigger one a series of short ``DELETE``
+    statements in one transaction, which is just as atomic and never meets
     ``statement_timeout`` however many facts the end user holds. Order comes
     from an insertion sequence, ids are 128 random bits chosen before the
     insert, and ``forget`` and ``erase`` delete with a condition that
@@ -116,8 +117,9 @@ class PostgresMemory(MemoryStore):
     Connection faults: a connection the server closed while idle in the pool
     is replaced before use. A call whose connection breaks in flight is
     replayed on a fresh connection when the replay cannot change its answer
-    (``remember``, ``recall``, the capabilities, and ``erase`` until its
-    ``COMMIT`` was sent); ``forget``, and ``erase`` broken during its
+    (``remember``, ``recall``, the capabilities, and the transaction of a
+    big ``erase`` until its ``COMMIT`` was sent); ``forget``, ``erase``
+    broken during its single statement, and ``erase`` broken during its
     ``COMMIT``, then raise `StoreUnavailableError` with
     ``may_have_taken_effect=True``. A call a read-only server refused (a
     standby, or an old primary fenced during a failover) changed nothing
@@ -490,19 +492,30 @@ class PostgresMemory(MemoryStore):
         )
 
     async def erase(self, scope: Scope, end_user_id: str) -> int:
-        """Delete every fact of the key, in one transaction; see `MemoryStore.erase`.
+        """Delete every fact of the key, all at once; see `MemoryStore.erase`.
 
-        The facts go in batches of short ``DELETE`` statements, each sized to
-        stay far below ``statement_timeout`` (an eighth of it, at most 0.1
-        s), so an end user of any size is erased in one call. Until the
-        transaction commits, other connections still read every fact (and
-        ``forget`` of one of them waits for the row lock, at most
-        ``lock_timeout``); then none. ``remember`` into the same key is not
-        held up, and its fact is erased too if it committed before the last
-        batch read the key. If the connection breaks before ``COMMIT`` is
-        sent, the server rolls the transaction back and the erase is
-        replayed on a fresh connection; a failure it reports leaves every
-        fact in place.
+        Two paths, both atomic, both committed with ``synchronous_commit =
+        remote_apply``:
+
+        - One statement, in autocommit: it reads at most a thousand and one
+          facts of the key's index and deletes the key only if it holds at
+          most a thousand, saying in the same row whether it did. For such
+          a key that is the whole erase, one round trip, like ``forget``:
+          replayed on a fresh connection only if it was never sent.
+        - A key of more facts is left untouched by that statement and goes
+          in batches of short ``DELETE`` statements inside one transaction,
+          each sized to stay far below ``statement_timeout`` (an eighth of
+          it, at most 0.1 s), so an end user of any size is erased in one
+          call. Until the transaction commits, other connections still read
+          every fact (and ``forget`` of one of them waits for the row lock,
+          at most ``lock_timeout``); then none. ``remember`` into the same
+          key is not held up, and its fact is erased too if it committed
+          before the last batch read the key. If the connection breaks
+          before ``COMMIT`` is sent, the server rolls the transaction back
+          and it is replayed on a fresh connection.
+
+        Returns:
+            How many facts were deleted.
 
         Raises:
             TypeError: An argument has the wrong type.
@@ -510,12 +523,18 @@ class PostgresMemory(MemoryStore):
             SchemaVersionError: The schema is missing, older or newer than
                 this code.
             StoreUnavailableError: The server could not complete the call;
-                nothing was deleted, unless the connection broke while the
-                ``COMMIT`` was on its way (``may_have_taken_effect`` is then
-                ``True``; a retry deletes whatever is left).
+                nothing was deleted, unless the connection broke after the
+                single statement was sent or while the ``COMMIT`` was on
+                its way (``may_have_taken_effect`` is then ``True``; a
+                retry deletes whatever is left).
             StoreClosedError: The store was closed.
         """
         key = memory_key(scope, end_user_id)
+        deleted = await self._run(
+            "erase", partial(talk.erase_few, self._sql, key), replayable=False
+        )
+        if deleted is not None:
+            return deleted
         return await self._run(
             "erase",
             partial(talk.erase, self._sql, key, self._statement_timeout),
