@@ -7,7 +7,7 @@ other users of the server are never touched.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 from uuid import uuid4
@@ -126,7 +126,7 @@ async def _wait_until_blocked(backdoor: Backdoor, name: str) -> None:
 
 
 async def _killed_then_replayed(
-    backdoor: Backdoor, name: str, lock: _Locked, in_flight: Callable[[], Awaitable[None]]
+    backdoor: Backdoor, name: str, lock: _Locked, in_flight: Callable[[], Coroutine[Any, Any, None]]
 ) -> None:
     # ``lock`` is held: the call blocks, its backend is terminated, and the
     # replay waits for the lock in turn; once it is free, the call completes
