@@ -34,13 +34,17 @@ def test_all_is_exactly_the_public_api() -> None:
             "MemoryKey",
             "MemoryStore",
             "MemoryStoreError",
+            "RestorePlan",
             "RestoresFacts",
             "SchemaVersionError",
             "Scope",
+            "ScrubsDeletions",
             "StalePageError",
             "StoreClosedError",
             "StoreUnavailableError",
+            "bounded_limit",
             "memory_key",
+            "new_memory_id",
             "store_events",
             "validate_content",
             "validate_key_part",
@@ -50,6 +54,8 @@ def test_all_is_exactly_the_public_api() -> None:
             "validate_restored",
             "validate_restored_id",
             "validate_restored_many",
+            "validate_scope",
+            "validate_seconds",
         ]
     )
     for name in port.__all__:

@@ -3,7 +3,8 @@
 Install this distribution alone to write a backend; it has no runtime
 dependencies. Adapters subclass `MemoryStore` and call `memory_key` and the
 ``validate_*`` functions before they change anything, so that every backend
-accepts and refuses exactly the same input.
+accepts and refuses exactly the same input; `new_memory_id`, `bounded_limit`
+and `RestorePlan` are the decisions they share after that.
 """
 
 from ._capabilities import (
@@ -15,6 +16,7 @@ from ._capabilities import (
     ListsEndUsers,
     PagesFacts,
     RestoresFacts,
+    ScrubsDeletions,
     validate_page,
     validate_restored,
     validate_restored_id,
@@ -34,6 +36,7 @@ from ._errors import (
 from ._events import store_events
 from ._key import HasTenant, MemoryKey, Scope, memory_key
 from ._memory import Memory
+from ._rules import RestorePlan, bounded_limit, new_memory_id, validate_scope, validate_seconds
 from ._store import MemoryStore
 from ._validation import (
     MAX_CONTENT_LENGTH,
@@ -64,13 +67,17 @@ __all__ = [
     "MemoryStore",
     "MemoryStoreError",
     "PagesFacts",
+    "RestorePlan",
     "RestoresFacts",
     "SchemaVersionError",
     "Scope",
+    "ScrubsDeletions",
     "StalePageError",
     "StoreClosedError",
     "StoreUnavailableError",
+    "bounded_limit",
     "memory_key",
+    "new_memory_id",
     "store_events",
     "validate_content",
     "validate_key_part",
@@ -80,4 +87,6 @@ __all__ = [
     "validate_restored",
     "validate_restored_id",
     "validate_restored_many",
+    "validate_scope",
+    "validate_seconds",
 ]

@@ -31,6 +31,7 @@ __all__ = [
     "ListsEndUsers",
     "PagesFacts",
     "RestoresFacts",
+    "ScrubsDeletions",
     "validate_page",
     "validate_restored",
     "validate_restored_id",
@@ -219,6 +220,35 @@ class RestoresFacts(Protocol):
                 stored.
             MemoryStoreError: The store failed (see `MemoryStore`); whether
                 the facts may have been stored all the same, the error says.
+        """
+        ...
+
+
+@runtime_checkable
+class ScrubsDeletions(Protocol):
+    """A store whose deletions may leave bytes of a deleted fact behind until it scrubs them.
+
+    A deletion is committed when `MemoryStore.forget` or `MemoryStore.erase`
+    returns, and no call returns the deleted facts again; some stores (an
+    embedded database's log, say) still hold copies of the deleted bytes for
+    a while. Such a store says so, and wipes them on demand: what an erasure
+    receipt needs to say "scrubbed" rather than "pending".
+    """
+
+    @property
+    def scrub_pending(self) -> bool:
+        """Whether bytes of a deleted fact may remain in the store's files."""
+        ...
+
+    async def scrub(self) -> bool:
+        """Wipe the bytes of every deleted fact now.
+
+        Returns:
+            ``True`` when none remain; ``False`` when the store could not
+            wipe them all in time (`scrub_pending` stays ``True``).
+
+        Raises:
+            MemoryStoreError: The store failed (see `MemoryStore`).
         """
         ...
 

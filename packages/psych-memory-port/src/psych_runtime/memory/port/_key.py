@@ -138,16 +138,7 @@ def memory_key(scope: Scope, end_user_id: str) -> MemoryKey:
         cached = _RECENT_KEYS.get((scope, end_user_id))  # type: ignore[arg-type]
         if cached is not None:
             return cached
-    if isinstance(scope, str):
-        tenant = validate_key_part(scope, "scope")
-    else:
-        candidate = getattr(scope, "tenant", _MISSING)
-        if candidate is _MISSING:
-            raise TypeError(
-                "scope must be a str or an object with a str attribute 'tenant', "
-                f"not {_type_name(scope)}"
-            )
-        tenant = validate_key_part(candidate, "scope.tenant")
+    tenant = _tenant_of(scope)
     key: MemoryKey = object.__new__(MemoryKey)
     _fill(key, tenant, validate_key_part(end_user_id, "end_user_id"))
     if plain:
@@ -155,6 +146,19 @@ def memory_key(scope: Scope, end_user_id: str) -> MemoryKey:
             _RECENT_KEYS.clear()
         _RECENT_KEYS[tenant, key.end_user_id] = key
     return key
+
+
+def _tenant_of(scope: Scope) -> str:
+    # The one reader of scopes: `memory_key` and `validate_scope` both call it.
+    if isinstance(scope, str):
+        return validate_key_part(scope, "scope")
+    candidate = getattr(scope, "tenant", _MISSING)
+    if candidate is _MISSING:
+        raise TypeError(
+            "scope must be a str or an object with a str attribute 'tenant', "
+            f"not {_type_name(scope)}"
+        )
+    return validate_key_part(candidate, "scope.tenant")
 
 
 def _fill(key: MemoryKey, tenant: str, end_user_id: str) -> None:
