@@ -21,45 +21,36 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from functools import partial
-from itertools import islice
 from pathlib import Path
 from typing import IO, Any, Final
 
 import anyio
 import click
 
-from psych_runtime.memory.port import (
-    CountsFacts,
-    InvalidInputError,
-    Memory,
-    MemoryKey,
-    MemoryStore,
-    MemoryStoreError,
-    RestoresFacts,
-)
+from psych_runtime.memory.port import InvalidInputError, MemoryKey
 
+from ._cli_stores import checked_key, checked_tenant, one_line, opened, refusals_naming
+from ._errors import (
+    CopyMismatchError,
+    FactRefusedError,
+    FactsForgottenError,
+    HeldFactsConflictError,
+    ImportStoppedError,
+    OperationRefusedError,
+)
 from ._exit import CommandError, ExitCode
-from ._format import (
-    ExportFormatError,
-    ExportReader,
-    Layout,
-    export_fact,
-    export_head,
-    export_tail,
-    utc_text,
-)
+from ._format import ExportFormatError, ExportReader, Layout, export_head, export_tail, utc_text
 from ._migrate import Migration, Progress, migrate
-from ._pages import count_facts, pages, retried
-from ._stores import (
-    ReportsDurability,
-    Scrubs,
-    checked_key,
-    checked_tenant,
-    lister,
-    opened,
-    restorer,
-    same_fact,
+from ._pages import count_facts
+from ._requests import (
+    IMPORT_BATCH,
+    ErasureReceipt,
+    count_stored,
+    erase_end_user,
+    export_facts,
+    import_facts,
 )
+from ._stores import lister
 from ._url import redact_url
 from ._version import __version__
 
@@ -69,10 +60,12 @@ PROG: Final = "psych-memory"
 RECEIPT_NAME: Final = "psych-memory-erasure-receipt"
 RECEIPT_VERSION: Final = 1
 DEFAULT_JOBS: Final = 8
-IMPORT_BATCH: Final = 2_000
-"""Facts per write of an import: one transaction each, well within a statement timeout."""
 
 _URL_HELP: Final = "URL is a store URL: memory:, sqlite:///path, postgresql://..."
+
+# The argument naming each store of an operation, by the store's role in it.
+_ONE_STORE: Final = {"store": "URL"}
+_TWO_STORES: Final = {"source": "FROM_URL", "target": "TO_URL"}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -163,11 +156,9 @@ def export(url: str, tenant: str, end_user: str, output: Path | None, layout: La
         )
 
     async def body() -> int:
-        with _spool(output) as spool:
+        with _spool(output) as spool, refusals_naming(_ONE_STORE):
             async with opened(url, "URL", must_exist=True) as store:
-                count = await retried(
-                    partial(_spooled, store, key, layout, spool), "URL", "exported"
-                )
+                count = await export_facts(store, key, layout, spool)
             if not count:
                 raise CommandError(
                     "--user",
@@ -183,22 +174,6 @@ def export(url: str, tenant: str, end_user: str, output: Path | None, layout: La
         return ExitCode.DONE
 
     return _run(body)
-
-
-async def _spooled(store: MemoryStore, key: MemoryKey, layout: Layout, spool: IO[str]) -> int:
-    # The facts of an export, written to ``spool`` from its start; how many.
-    spool.seek(0)
-    spool.truncate()
-    count = 0
-    async for page in pages(store, key):
-        spool.write(
-            "".join(
-                export_fact(fact, layout, first=not count and not index)
-                for index, fact in enumerate(page)
-            )
-        )
-        count += len(page)
-    return count
 
 
 @contextmanager
@@ -243,68 +218,47 @@ def import_(url: str, file: str) -> int:
             raise CommandError("FILE", f"cannot be read ({_reason(exc)})", ExitCode.USAGE) from None
 
         async def body() -> int:
-            async with opened(url, "URL", must_exist=False) as store:
-                restores = restorer(store, "URL")
-                held, rest = await retried(partial(_held, store, key, reader), "URL", "compared")
-                written, batches = await _restored(restores, rest, held)
+            with refusals_naming(_ONE_STORE, _import_rule):
+                try:
+                    async with opened(url, "URL", must_exist=False) as store:
+                        done = await import_facts(store, key, reader)
+                except ImportStoppedError as exc:
+                    raise _import_stopped(exc) from _cause_kept(exc)
             click.echo(
-                f"imported {written} fact(s) in {batches} batch(es) of up to {IMPORT_BATCH:,}, "
-                f"each whole or not at all; {reader.count - written} of the {reader.count} "
-                "were there already"
+                f"imported {done.written} fact(s) in {done.batches} batch(es) of up to "
+                f"{IMPORT_BATCH:,}, each whole or not at all; {reader.count - done.written} of "
+                f"the {reader.count} were there already"
             )
             return ExitCode.DONE
 
         return _run(body)
 
 
-async def _held(
-    store: MemoryStore, key: MemoryKey, reader: ExportReader
-) -> tuple[int, Iterator[Memory]]:
-    # How many facts the store holds for ``key`` (they must be the file's
-    # first), and the file's facts after those.
-    wanted = reader.facts(key)
-    held = 0
-    async for page in pages(store, key):
-        for fact in page:
-            expected = next(wanted, None)
-            if expected is None or not same_fact(expected, fact):
-                raise CommandError(
-                    "URL",
-                    "this end user's facts in the store are not the first facts of the export "
-                    "(other ids, contents, times or order); nothing was written",
-                    ExitCode.REFUSED,
-                )
-            held += 1
-    return held, wanted
+def _import_rule(error: OperationRefusedError) -> str | None:
+    if isinstance(error, HeldFactsConflictError):
+        return (
+            "this end user's facts in the store are not the first facts of the export "
+            "(other ids, contents, times or order); nothing was written"
+        )
+    return None
 
 
-async def _restored(restores: RestoresFacts, facts: Iterator[Memory], held: int) -> tuple[int, int]:
-    # Writes ``facts`` in batches; how many were stored, in how many batches.
-    written = batches = 0
-    done = held
-    while batch := list(islice(facts, IMPORT_BATCH)):
-        try:
-            written += await restores.restore_many(batch)
-        except InvalidInputError as exc:
-            raise CommandError(
-                "FILE", f"a fact was refused: {exc}; {_stored_so_far(done)}", ExitCode.REFUSED
-            ) from None
-        except MemoryStoreError as exc:
-            raise CommandError(
-                "URL",
-                f"{' '.join(str(exc).split())}; {_stored_so_far(done)}",
-                ExitCode.UNAVAILABLE,
-            ) from exc
-        batches += 1
-        done += len(batch)
-    return written, batches
-
-
-def _stored_so_far(done: int) -> str:
-    return (
-        f"the first {done} fact(s) of the file are stored (whole batches only); "
+def _import_stopped(error: ImportStoppedError) -> CommandError:
+    stored = (
+        f"the first {error.stored} fact(s) of the file are stored (whole batches only); "
         "run the same import again to finish"
     )
+    if isinstance(error.reason, InvalidInputError):
+        return CommandError(
+            "FILE", f"a fact was refused: {error.reason}; {stored}", ExitCode.REFUSED
+        )
+    return CommandError("URL", f"{one_line(str(error.reason))}; {stored}", ExitCode.UNAVAILABLE)
+
+
+def _cause_kept(error: ImportStoppedError) -> BaseException | None:
+    # A store's failure stays the cause, as a driver's error is; a refused
+    # fact is the operator's to fix and says all in its line.
+    return None if isinstance(error.reason, InvalidInputError) else error.reason
 
 
 @contextmanager
@@ -370,43 +324,17 @@ def erase(url: str, tenant: str, end_user: str, yes: bool, as_json: bool) -> int
 
     async def body() -> int:
         async with opened(url, "URL", must_exist=True) as store:
-            deleted = await store.erase(key.tenant, key.end_user_id)
-            erased_at = datetime.now(UTC)
-            scrub: str | None = None
-            if not deleted and counted is None:
+            receipt = await erase_end_user(store, key, redact_url(url))
+            if not receipt.facts_deleted and counted is None:
                 raise _nothing_to_erase()
-            if deleted and isinstance(store, Scrubs):
-                scrub = "scrubbed" if await store.scrub() else "pending"
-            durability = await _durability(store) if deleted else None
-        receipt: dict[str, object] = {
-            "receipt": RECEIPT_NAME,
-            "version": RECEIPT_VERSION,
-            "tenant": key.tenant,
-            "end_user_id": key.end_user_id,
-            "facts_deleted": deleted,
-            "erased_at": utc_text(erased_at),
-            "store": redact_url(url),
-            "scrub": scrub,
-            "deletion_durability": durability,
-            "outcome": "erased" if deleted else "already_erased",
-        }
         click.echo(
-            json.dumps(receipt, ensure_ascii=False, indent=2) if as_json else _receipt_text(receipt)
+            json.dumps(_receipt_json(receipt), ensure_ascii=False, indent=2)
+            if as_json
+            else _receipt_text(receipt)
         )
-        return ExitCode.DONE if deleted else ExitCode.NOT_FOUND
+        return ExitCode.DONE if receipt.facts_deleted else ExitCode.NOT_FOUND
 
     return _run(body)
-
-
-async def _durability(store: MemoryStore) -> str | None:
-    # Asked after the deletion, which stands whatever the answer: a server
-    # that cannot say makes the receipt say "unknown", not the erase fail.
-    if not isinstance(store, ReportsDurability):
-        return None
-    try:
-        return await store.deletion_durability()
-    except MemoryStoreError:
-        return "unknown"
 
 
 _DURABILITY_TEXT: Final = {
@@ -455,8 +383,9 @@ def _line_unless_interrupted() -> str:
 
 
 async def _counted_for_erase(url: str, key: MemoryKey) -> int:
-    async with opened(url, "URL", must_exist=True) as store:
-        held = await count_facts(store, key, "URL")
+    with refusals_naming(_ONE_STORE):
+        async with opened(url, "URL", must_exist=True) as store:
+            held = await count_facts(store, key)
     if not held:
         raise _nothing_to_erase()
     return held
@@ -470,26 +399,41 @@ def _nothing_to_erase() -> CommandError:
     )
 
 
-def _receipt_text(receipt: dict[str, object]) -> str:
+def _receipt_json(receipt: ErasureReceipt) -> dict[str, object]:
+    return {
+        "receipt": RECEIPT_NAME,
+        "version": RECEIPT_VERSION,
+        "tenant": receipt.key.tenant,
+        "end_user_id": receipt.key.end_user_id,
+        "facts_deleted": receipt.facts_deleted,
+        "erased_at": utc_text(receipt.erased_at),
+        "store": receipt.store,
+        "scrub": receipt.scrub,
+        "deletion_durability": receipt.deletion_durability,
+        "outcome": receipt.outcome,
+    }
+
+
+def _receipt_text(receipt: ErasureReceipt) -> str:
     lines = [
         "Erasure receipt",
-        f"tenant:         {receipt['tenant']}",
-        f"end user:       {receipt['end_user_id']}",
-        f"facts deleted:  {receipt['facts_deleted']}",
-        f"erased at:      {receipt['erased_at']} (UTC)",
-        f"store:          {receipt['store']}",
+        f"tenant:         {receipt.key.tenant}",
+        f"end user:       {receipt.key.end_user_id}",
+        f"facts deleted:  {receipt.facts_deleted}",
+        f"erased at:      {utc_text(receipt.erased_at)} (UTC)",
+        f"store:          {receipt.store}",
     ]
-    if receipt["outcome"] == "already_erased":
+    if receipt.outcome == "already_erased":
         lines.append(
             "outcome:        already erased: another erasure deleted this end user's facts "
             "after they were counted; this command deleted none"
         )
-    durability = receipt["deletion_durability"]
-    if isinstance(durability, str):
+    durability = receipt.deletion_durability
+    if durability is not None:
         lines.append(f"durability:     {_DURABILITY_TEXT.get(durability, durability)}")
-    if receipt["scrub"] == "scrubbed":
+    if receipt.scrub == "scrubbed":
         lines.append("deleted bytes:  scrubbed (none remain in the database file or its log)")
-    elif receipt["scrub"] == "pending":
+    elif receipt.scrub == "pending":
         lines.append(
             "deleted bytes:  pending (another connection is using the file; the store wipes them "
             "when it can)"
@@ -505,8 +449,9 @@ def users(url: str, tenant: str) -> int:
     name = checked_tenant(tenant)
 
     async def body() -> int:
-        async with opened(url, "URL", must_exist=True) as store:
-            found = await lister(store, "URL").end_users(name)
+        with refusals_naming(_ONE_STORE):
+            async with opened(url, "URL", must_exist=True) as store:
+                found = await lister(store).end_users(name)
         for end_user in found:
             click.echo(end_user)
         return ExitCode.DONE
@@ -528,20 +473,12 @@ def count(url: str, tenant: str | None, end_user: str | None) -> int:
         key = checked_key(tenant, end_user if end_user is not None else "-")
 
     async def body() -> int:
-        async with opened(url, "URL", must_exist=True) as store:
-            if tenant is not None and end_user is not None:
-                total = await count_facts(store, key, "URL")
-            else:
-                lists = lister(store, "URL")
-                tenants = (key.tenant,) if tenant is not None else await lists.tenants()
-                counts = store if isinstance(store, CountsFacts) else None
-                total = 0
-                for name in tenants:
-                    if counts is not None:
-                        total += sum((await counts.fact_counts(name)).values())
-                        continue
-                    for user in await lists.end_users(name):
-                        total += len(await store.recall(name, user))
+        with refusals_naming(_ONE_STORE):
+            async with opened(url, "URL", must_exist=True) as store:
+                if tenant is not None and end_user is not None:
+                    total = await count_facts(store, key)
+                else:
+                    total = await count_stored(store, key.tenant if tenant is not None else None)
         click.echo(str(total))
         return ExitCode.DONE
 
@@ -573,14 +510,15 @@ def migrate_(from_url: str, to_url: str, tenant: str | None, jobs: int, verbose:
     name = checked_tenant(tenant) if tenant is not None else None
 
     async def body() -> int:
-        async with (
-            opened(from_url, "FROM_URL", must_exist=True) as source,
-            opened(to_url, "TO_URL", must_exist=False, own_failures_only=True) as destination,
-        ):
-            with _progress(verbose=verbose) as shown:
-                done: Migration = await migrate(
-                    source, destination, name, jobs=jobs, progress=shown
-                )
+        with refusals_naming(_TWO_STORES, _migration_rule):
+            async with (
+                opened(from_url, "FROM_URL", must_exist=True) as source,
+                opened(to_url, "TO_URL", must_exist=False, own_failures_only=True) as destination,
+            ):
+                with _progress(verbose=verbose) as display:
+                    done: Migration = await migrate(
+                        source, destination, name, jobs=jobs, progress=display
+                    )
         if done.copied:
             click.echo(
                 f"copied {done.copied} fact(s); {done.facts} fact(s) of {done.end_users} "
@@ -601,7 +539,29 @@ def migrate_(from_url: str, to_url: str, tenant: str | None, jobs: int, verbose:
     return _run(body)
 
 
-class _Shown(Progress):
+def _migration_rule(error: OperationRefusedError) -> str | None:
+    if isinstance(error, HeldFactsConflictError):
+        return (
+            f"{error.end_users} end user(s) there hold facts that are not the first facts of "
+            "the same end user in FROM_URL (other ids, contents, times or order); nothing "
+            "was copied"
+        )
+    if isinstance(error, FactsForgottenError) and not error.retried:
+        return (
+            "a fact of an end user was forgotten there while its facts were being copied "
+            "(stop the writers first); the facts copied so far stay in TO_URL"
+        )
+    if isinstance(error, FactRefusedError):
+        return f"refused a fact: {error.reason}"
+    if isinstance(error, CopyMismatchError):
+        return (
+            f"after copying, {error.end_users} end user(s) hold other facts than in FROM_URL "
+            "(was either store written to meanwhile?); run migrate again to finish"
+        )
+    return None
+
+
+class _ProgressDisplay(Progress):
     """A click progress bar with facts per second on a terminal; lines with --verbose."""
 
     def __init__(self, *, bar: bool, verbose: bool) -> None:
@@ -635,7 +595,7 @@ class _Shown(Progress):
         if self._verbose:
             click.echo(f"end users done: {self._keys}; facts copied: {self._done}", err=True)
 
-    def __enter__(self) -> _Shown:
+    def __enter__(self) -> _ProgressDisplay:
         return self
 
     def __exit__(self, *_: object) -> None:
@@ -643,8 +603,8 @@ class _Shown(Progress):
             self._bar.__exit__(None, None, None)
 
 
-def _progress(*, verbose: bool) -> _Shown:
-    return _Shown(bar=sys.stderr.isatty(), verbose=verbose)
+def _progress(*, verbose: bool) -> _ProgressDisplay:
+    return _ProgressDisplay(bar=sys.stderr.isatty(), verbose=verbose)
 
 
 def _write_new(path: Path, head: str, body: IO[str], tail: str) -> None:

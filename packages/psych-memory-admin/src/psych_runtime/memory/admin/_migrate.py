@@ -29,7 +29,12 @@ from psych_runtime.memory.port import (
     StalePageError,
 )
 
-from ._exit import CommandError, ExitCode
+from ._errors import (
+    CopyMismatchError,
+    FactRefusedError,
+    FactsForgottenError,
+    HeldFactsConflictError,
+)
 from ._pages import count_facts, pages, retried
 from ._stores import lister, restorer, same_fact
 
@@ -68,8 +73,8 @@ class Progress:
 
 
 @dataclass(slots=True)
-class _Plan:
-    """What the check found for one key."""
+class _KeyPlan:
+    """What the check found for one key: what to copy of it."""
 
     total: int
     """Facts of the key in the source."""
@@ -80,7 +85,7 @@ class _Plan:
 
 
 @dataclass(frozen=True, slots=True)
-class _Known:
+class _KeyCensus:
     """What the stores could say about their keys without reading them."""
 
     occupied: Container[MemoryKey] | None
@@ -115,26 +120,31 @@ async def migrate(
     too, so that a copy never brings back what an end user had erased; any
     other difference is refused.
 
+    The errors name ``source`` and ``destination`` by their roles,
+    ``"source"`` and ``"target"``.
+
     Raises:
-        CommandError: A store lacks a capability, or a destination key holds
-            other facts (refused, nothing copied), or the counts differ at
-            the end (refused): either store was written to meanwhile.
+        MissingCapabilityError: The source cannot list its users, or the
+            destination cannot restore facts as they were; nothing copied.
+        HeldFactsConflictError: Destination keys hold other facts; nothing
+            copied.
+        FactsForgottenError: Source facts were forgotten while they were
+            checked (after a few attempts) or copied (the facts copied so
+            far stay).
+        FactRefusedError: The destination refused a fact.
+        CopyMismatchError: The counts differ at the end: either store was
+            written to meanwhile.
         MemoryStoreError: A store failed.
     """
-    lists = lister(source, "FROM_URL")
-    restores = restorer(destination, "TO_URL")
+    lists = lister(source, "source")
+    restores = restorer(destination, "target")
     tenants = (tenant,) if tenant is not None else await lists.tenants()
     keys = await _keys(lists, tenants)
-    plan = await _checked(
-        source,
-        destination,
-        keys,
-        _Known(await _occupied(destination, tenants), await _counted(source, tenants)),
-        jobs,
-    )
+    census = _KeyCensus(await _keys_held(destination, tenants), await _fact_counts(source, tenants))
+    plan = await _plan_copy(source, destination, keys, census, jobs)
     progress.planned(sum(step.total - step.held for step in plan.values()))
     copier = _Copier(source, restores, plan, progress)
-    await _share(keys, copier.copy, jobs)
+    await _share_keys(keys, copier.copy, jobs)
     now = await _source_counts(source, lists, tenants, jobs)
     # An end user erased in the source while being copied: the copies go
     # too (those of an earlier run included), or the destination would
@@ -145,9 +155,9 @@ async def migrate(
     async def erase(key: MemoryKey) -> None:
         if await destination.erase(key.tenant, key.end_user_id):
             emptied.append(key)
-        plan[key] = _Plan(0, 0)  # what both stores hold now
+        plan[key] = _KeyPlan(0, 0)  # what both stores hold now
 
-    await _each(erased, erase, jobs)
+    await _for_each_key(erased, erase, jobs)
     mismatched = await _mismatched(source, destination, tenants, plan, jobs)
     # Facts written to the source meanwhile (new end users included) were
     # not all copied.
@@ -155,12 +165,7 @@ async def migrate(
         key for key, count in now.items() if key not in plan or plan[key].total != count
     )
     if mismatched:
-        raise CommandError(
-            "TO_URL",
-            f"after copying, {len(mismatched)} end user(s) hold other facts than in FROM_URL "
-            "(was either store written to meanwhile?); run migrate again to finish",
-            ExitCode.REFUSED,
-        )
+        raise CopyMismatchError(len(mismatched))
     return Migration(
         end_users=len(keys) - len(erased),
         facts=sum(step.total for step in plan.values()),
@@ -169,48 +174,42 @@ async def migrate(
     )
 
 
-async def _checked(
+async def _plan_copy(
     source: MemoryStore,
     destination: MemoryStore,
     keys: Sequence[MemoryKey],
-    known: _Known,
+    census: _KeyCensus,
     jobs: int,
-) -> dict[MemoryKey, _Plan]:
+) -> dict[MemoryKey, _KeyPlan]:
     # Every key is judged before anything is written, so a refusal copies nothing.
-    plan: dict[MemoryKey, _Plan] = {}
+    plan: dict[MemoryKey, _KeyPlan] = {}
     conflicts: list[MemoryKey] = []
 
     async def check(key: MemoryKey) -> None:
-        occupied, totals = known.occupied, known.totals
+        occupied, totals = census.occupied, census.totals
         if totals is not None and occupied is not None and key not in occupied:
             # Nothing there to disagree with: the copy reads the source.
-            plan[key] = _Plan(totals.get(key, 0), 0)
+            plan[key] = _KeyPlan(totals.get(key, 0), 0)
             return
         held = destination if occupied is None or key in occupied else None
         found = await retried(
-            partial(_compared, source, held, key, to_end=totals is None), "FROM_URL", "checked"
+            partial(_compare_key, source, held, key, to_end=totals is None), "checked", "source"
         )
         if found is None:
             conflicts.append(key)
             return
         step, read = found
-        plan[key] = _Plan(read if totals is None else totals.get(key, 0), step.held, step.after)
+        plan[key] = _KeyPlan(read if totals is None else totals.get(key, 0), step.held, step.after)
 
-    await _each(keys, check, jobs)
+    await _for_each_key(keys, check, jobs)
     if conflicts:
-        raise CommandError(
-            "TO_URL",
-            f"{len(conflicts)} end user(s) there hold facts that are not the first facts of "
-            "the same end user in FROM_URL (other ids, contents, times or order); nothing "
-            "was copied",
-            ExitCode.REFUSED,
-        )
+        raise HeldFactsConflictError(len(conflicts))
     return plan
 
 
-async def _compared(
+async def _compare_key(
     source: MemoryStore, destination: MemoryStore | None, key: MemoryKey, *, to_end: bool
-) -> tuple[_Plan, int] | None:
+) -> tuple[_KeyPlan, int] | None:
     # Reads the key in both stores a page at a time, side by side. ``None``:
     # the destination's facts are not the first of the source's. Else what
     # the destination holds (as a plan without a total) and how many source
@@ -230,7 +229,7 @@ async def _compared(
     if to_end:
         async for _ in wanted:
             read += 1
-    return _Plan(0, held, after), read
+    return _KeyPlan(0, held, after), read
 
 
 async def _each_fact(found: AsyncIterator[tuple[Memory, ...]]) -> AsyncIterator[Memory]:
@@ -246,7 +245,7 @@ class _Copier:
         self,
         source: MemoryStore,
         destination: RestoresFacts,
-        plan: dict[MemoryKey, _Plan],
+        plan: dict[MemoryKey, _KeyPlan],
         progress: Progress,
     ) -> None:
         self._source = source
@@ -275,12 +274,7 @@ class _Copier:
             except StalePageError:
                 # The facts copied so far stay; the count at the end would
                 # not see a fact forgotten in the source after its copy.
-                raise CommandError(
-                    "FROM_URL",
-                    "a fact of an end user was forgotten there while its facts were being "
-                    "copied (stop the writers first); the facts copied so far stay in TO_URL",
-                    ExitCode.REFUSED,
-                ) from None
+                raise FactsForgottenError("source", "copied", retried=False) from None
             step.total = step.held + read
             ends.append(len(batch))
         await self._write(batch, ends)
@@ -291,7 +285,7 @@ class _Copier:
             try:
                 stored = await self._destination.restore_many(batch)
             except InvalidInputError as exc:
-                raise CommandError("TO_URL", f"refused a fact: {exc}", ExitCode.REFUSED) from None
+                raise FactRefusedError(exc) from None
             # Added only once the call returned: other writers add meanwhile.
             self.copied += stored
             self._progress.copied(len(batch))
@@ -305,11 +299,11 @@ async def _mismatched(
     source: MemoryStore,
     destination: MemoryStore,
     tenants: Sequence[str],
-    plan: Mapping[MemoryKey, _Plan],
+    plan: Mapping[MemoryKey, _KeyPlan],
     jobs: int,
 ) -> set[MemoryKey]:
     # The keys whose facts in the destination are not what was copied.
-    counts = await _counted(destination, tenants)
+    counts = await _fact_counts(destination, tenants)
     if counts is not None:
         return {key for key, step in plan.items() if counts.get(key, 0) != step.total}
     mismatched: set[MemoryKey] = set()
@@ -317,16 +311,16 @@ async def _mismatched(
     async def verify(key: MemoryKey) -> None:
         # Without counts, the destination is read beside the source, fact by fact.
         found = await retried(
-            partial(_compared, source, destination, key, to_end=True), "FROM_URL", "checked"
+            partial(_compare_key, source, destination, key, to_end=True), "checked", "source"
         )
         if found is None or found[0].held != plan[key].total or found[1] != plan[key].total:
             mismatched.add(key)
 
-    await _each(list(plan), verify, jobs)
+    await _for_each_key(list(plan), verify, jobs)
     return mismatched
 
 
-async def _counted(store: MemoryStore, tenants: Sequence[str]) -> dict[MemoryKey, int] | None:
+async def _fact_counts(store: MemoryStore, tenants: Sequence[str]) -> dict[MemoryKey, int] | None:
     # Every key's number of facts, when the store can count: one query per
     # tenant instead of reading every key. ``None``: it cannot.
     if not isinstance(store, CountsFacts):
@@ -347,22 +341,22 @@ async def _source_counts(
     source: MemoryStore, lists: ListsEndUsers, tenants: Sequence[str], jobs: int
 ) -> dict[MemoryKey, int]:
     # Every key of the source holding facts now, with how many.
-    counts = await _counted(source, tenants)
+    counts = await _fact_counts(source, tenants)
     if counts is not None:
         return counts
     keys = await _keys(lists, tenants)
     found: dict[MemoryKey, int] = {}
 
     async def count(key: MemoryKey) -> None:
-        held = await count_facts(source, key, "FROM_URL")
+        held = await count_facts(source, key, "source")
         if held:
             found[key] = held
 
-    await _each(keys, count, jobs)
+    await _for_each_key(keys, count, jobs)
     return found
 
 
-async def _occupied(store: MemoryStore, tenants: Sequence[str]) -> set[MemoryKey] | None:
+async def _keys_held(store: MemoryStore, tenants: Sequence[str]) -> set[MemoryKey] | None:
     # The keys that hold facts in ``store``, when it can say: no other key
     # needs to be read there. ``None``: every key must be read.
     if not isinstance(store, ListsEndUsers):
@@ -374,17 +368,17 @@ async def _occupied(store: MemoryStore, tenants: Sequence[str]) -> set[MemoryKey
     }
 
 
-async def _each(
+async def _for_each_key(
     keys: Sequence[MemoryKey], work: Callable[[MemoryKey], Awaitable[None]], jobs: int
 ) -> None:
     async def each(mine: Iterator[MemoryKey]) -> None:
         for key in mine:
             await work(key)
 
-    await _share(keys, each, jobs)
+    await _share_keys(keys, each, jobs)
 
 
-async def _share(
+async def _share_keys(
     keys: Sequence[MemoryKey],
     worker: Callable[[Iterator[MemoryKey]], Coroutine[Any, Any, None]],
     jobs: int,
@@ -397,10 +391,10 @@ async def _share(
             for _ in range(max(1, min(jobs, len(keys)))):
                 group.start_soon(worker, pending)
     except BaseExceptionGroup as group_error:
-        raise _first(group_error) from None
+        raise _first_error(group_error) from None
 
 
-def _first(error: BaseException) -> BaseException:
+def _first_error(error: BaseException) -> BaseException:
     while isinstance(error, BaseExceptionGroup):
         error = error.exceptions[0]
     return error

@@ -7,9 +7,9 @@ from typing import Final, TypeVar
 
 from psych_runtime.memory.port import Memory, MemoryKey, MemoryStore, PagesFacts, StalePageError
 
-from ._exit import CommandError, ExitCode
+from ._errors import FactsForgottenError
 
-__all__ = ["PAGE_SIZE", "count_facts", "pages", "retried", "stale"]
+__all__ = ["PAGE_SIZE", "count_facts", "pages", "retried"]
 
 PAGE_SIZE: Final = 2_000
 """Facts per page: a few megabytes at the longest contents, one short query each."""
@@ -50,7 +50,7 @@ async def pages(
         after = page[-1].id
 
 
-async def retried(work: Callable[[], Awaitable[_T]], argument: str, doing: str) -> _T:
+async def retried(work: Callable[[], Awaitable[_T]], doing: str, role: str = "store") -> _T:
     """``work()``, a read of whole keys page by page, started again if a page went stale.
 
     A fact forgotten between two pages makes the read start again from the
@@ -58,8 +58,8 @@ async def retried(work: Callable[[], Awaitable[_T]], argument: str, doing: str) 
     twice.
 
     Raises:
-        CommandError: Facts kept being forgotten meanwhile (refused, naming
-            ``argument``; ``doing`` says what was being done).
+        FactsForgottenError: Facts kept being forgotten meanwhile (naming
+            the store's ``role``; ``doing`` says what was being done).
         MemoryStoreError: The store failed.
     """
     for _ in range(_ATTEMPTS):
@@ -67,14 +67,14 @@ async def retried(work: Callable[[], Awaitable[_T]], argument: str, doing: str) 
             return await work()
         except StalePageError:
             continue
-    raise stale(argument, doing)
+    raise FactsForgottenError(role, doing, retried=True)
 
 
-async def count_facts(store: MemoryStore, key: MemoryKey, argument: str) -> int:
+async def count_facts(store: MemoryStore, key: MemoryKey, role: str = "store") -> int:
     """How many facts ``key`` holds, read a page at a time (see `pages` and `retried`).
 
     Raises:
-        CommandError: The key kept changing while it was counted.
+        FactsForgottenError: The key kept changing while it was counted.
         MemoryStoreError: The store failed.
     """
 
@@ -84,17 +84,7 @@ async def count_facts(store: MemoryStore, key: MemoryKey, argument: str) -> int:
             total += len(page)
         return total
 
-    return await retried(count, argument, "counted")
-
-
-def stale(argument: str, doing: str) -> CommandError:
-    """The refusal when an end user's facts were forgotten while being ``doing``."""
-    return CommandError(
-        argument,
-        f"facts of this end user were forgotten or erased while they were being {doing} "
-        "(is the store being written to?); run the command again",
-        ExitCode.REFUSED,
-    )
+    return await retried(count, "counted", role)
 
 
 # Reads of a whole key before giving up: another writer forgetting facts of
