@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -11,28 +10,28 @@ from itertools import islice
 from typing import Final
 
 from psych_runtime.memory.port import (
-    InvalidInputError,
     Memory,
     MemoryKey,
     MemoryStore,
+    RestorePlan,
     Scope,
     StalePageError,
     StoreClosedError,
     memory_key,
+    new_memory_id,
     validate_content,
     validate_limit,
     validate_memory_id,
     validate_page,
     validate_restored,
     validate_restored_many,
+    validate_scope,
 )
 
 from ._facts import Facts
 from ._reaper import REAPER, STEP, emptied
 
 __all__ = ["InProcessMemory"]
-
-_IDS_PER_READ: Final = 256
 
 ERASED_AT_ONCE: Final = STEP
 """An erased key with at most this many facts is taken apart under the lock."""
@@ -79,7 +78,7 @@ class InProcessMemory(MemoryStore):
     restores pays nothing for it.
     """
 
-    __slots__ = ("_closed", "_facts", "_id_index", "_lock", "_random", "_random_at")
+    __slots__ = ("_closed", "_facts", "_id_index", "_lock")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -89,10 +88,6 @@ class InProcessMemory(MemoryStore):
         # removes it.
         self._id_index: dict[str, Facts] | None = None
         self._closed = False
-        # Random hexadecimal digits read ahead for new ids, and how many of
-        # them were handed out.
-        self._random = ""
-        self._random_at = 0
 
     async def aclose(self) -> None:
         """Close the store and drop every fact it held; closing again does nothing."""
@@ -101,29 +96,23 @@ class InProcessMemory(MemoryStore):
             self._facts = {}
             self._id_index = None
 
+    def _open_table(self, operation: str) -> dict[MemoryKey, Facts]:
+        # Called with the lock held, first thing, by every call: the table,
+        # or the refusal of a closed store.
+        if self._closed:
+            raise StoreClosedError(operation)
+        return self._facts
+
     async def remember(self, scope: Scope, end_user_id: str, content: str) -> Memory:
         key = memory_key(scope, end_user_id)
         content = validate_content(content)
-        created_at = datetime.now(UTC)
+        memory = Memory(new_memory_id(), key, content, datetime.now(UTC))
         with self._lock:
-            if self._closed:
-                raise StoreClosedError("remember")
-            # 128 random bits from the operating system: unguessable across
-            # tenants and never repeated in practice. They are read for many
-            # ids at once, since one system call per id cost more than the
-            # rest of the call.
-            at = self._random_at
-            if at == len(self._random):
-                self._random = os.urandom(16 * _IDS_PER_READ).hex()
-                at = 0
-            self._random_at = at + 32
-            memory = Memory(self._random[at : at + 32], key, content, created_at)
-            self._add_locked(memory)
+            self._add_locked(self._open_table("remember"), memory)
         return memory
 
-    def _add_locked(self, memory: Memory) -> None:
+    def _add_locked(self, table: dict[MemoryKey, Facts], memory: Memory) -> None:
         # Called with the lock held, for an id the store does not hold.
-        table = self._facts
         facts = table.get(memory.key)
         if facts is None:
             facts = table[memory.key] = Facts()
@@ -136,9 +125,7 @@ class InProcessMemory(MemoryStore):
         key = memory_key(scope, end_user_id)
         memory_id = validate_memory_id(memory_id)
         with self._lock:
-            if self._closed:
-                raise StoreClosedError("forget")
-            table = self._facts
+            table = self._open_table("forget")
             facts = table.get(key)
             if facts is None or not facts.discard(memory_id):
                 return False
@@ -156,10 +143,7 @@ class InProcessMemory(MemoryStore):
         key = memory_key(scope, end_user_id)
         limit = validate_limit(limit)
         with self._lock:
-            if self._closed:
-                raise StoreClosedError("recall")
-            table = self._facts
-            facts = table.get(key)
+            facts = self._open_table("recall").get(key)
             if facts is None:
                 return ()
             if limit is None:
@@ -169,9 +153,7 @@ class InProcessMemory(MemoryStore):
     async def erase(self, scope: Scope, end_user_id: str) -> int:
         key = memory_key(scope, end_user_id)
         with self._lock:
-            if self._closed:
-                raise StoreClosedError("erase")
-            facts = self._facts.pop(key, None)
+            facts = self._open_table("erase").pop(key, None)
             if facts is None:
                 return 0
             facts.erased = True
@@ -208,22 +190,13 @@ class InProcessMemory(MemoryStore):
     ) -> tuple[Memory, ...]:
         """Up to ``size`` facts of the key, oldest first, after the fact ``after``.
 
-        See `PagesFacts`. A page costs O(``size``) wherever it starts, so
-        reading a key of any size page by page costs O(its facts).
-
-        Raises:
-            TypeError: ``after`` or ``size`` has the wrong type, or the key does.
-            InvalidKeyError: The tenant or end-user id breaks a key rule.
-            InvalidInputError: ``size`` is not between 1 and `MAX_PAGE_SIZE`.
-            StalePageError: The key holds no fact with the id ``after``.
-            StoreClosedError: The store was closed.
+        See `PagesFacts.recall_page`. A page costs O(``size``) wherever it
+        starts, so reading a key of any size page by page costs O(its facts).
         """
         key = memory_key(scope, end_user_id)
         after, size = validate_page(after, size)
         with self._lock:
-            if self._closed:
-                raise StoreClosedError("recall_page")
-            facts = self._facts.get(key)
+            facts = self._open_table("recall_page").get(key)
             if facts is not None:
                 page = facts.page(after, size)
             elif after is None:
@@ -235,116 +208,58 @@ class InProcessMemory(MemoryStore):
         return page
 
     async def tenants(self) -> tuple[str, ...]:
-        """Every tenant with at least one fact, sorted by code point (see `ListsEndUsers`).
-
-        Raises:
-            StoreClosedError: The store was closed.
-        """
+        """Every tenant with at least one fact; see `ListsEndUsers.tenants`."""
         with self._lock:
-            if self._closed:
-                raise StoreClosedError("tenants")
-            keys = tuple(self._facts)
+            keys = tuple(self._open_table("tenants"))
         # Sorting happens outside the lock: the keys are a snapshot.
         return tuple(sorted({key.tenant for key in keys}))
 
     async def end_users(self, scope: Scope) -> tuple[str, ...]:
-        """Every end user of the tenant with at least one fact, sorted by code point.
-
-        See `ListsEndUsers`.
-
-        Raises:
-            TypeError: ``scope`` has the wrong type.
-            InvalidKeyError: The tenant breaks a key rule.
-            StoreClosedError: The store was closed.
-        """
-        # The port's one reader of scopes, so the tenant is read and checked
-        # exactly as every other call does; the end user is a placeholder.
-        tenant = memory_key(scope, "-").tenant
+        """Every end user of the tenant with at least one fact; see `ListsEndUsers.end_users`."""
+        tenant = validate_scope(scope)
         with self._lock:
-            if self._closed:
-                raise StoreClosedError("end_users")
-            keys = tuple(self._facts)
+            keys = tuple(self._open_table("end_users"))
         return tuple(sorted(key.end_user_id for key in keys if key.tenant == tenant))
 
     async def fact_counts(self, scope: Scope) -> dict[str, int]:
-        """How many facts each end user of the tenant holds, by end user (see `CountsFacts`).
-
-        Raises:
-            TypeError: ``scope`` has the wrong type.
-            InvalidKeyError: The tenant breaks a key rule.
-            StoreClosedError: The store was closed.
-        """
-        tenant = memory_key(scope, "-").tenant
+        """How many facts each end user of the tenant holds; see `CountsFacts.fact_counts`."""
+        tenant = validate_scope(scope)
         with self._lock:
-            if self._closed:
-                raise StoreClosedError("fact_counts")
             counts = [
                 (key.end_user_id, len(facts))
-                for key, facts in self._facts.items()
+                for key, facts in self._open_table("fact_counts").items()
                 if key.tenant == tenant
             ]
         return dict(sorted(counts))
 
     async def restore(self, memory: Memory) -> bool:
-        """Store ``memory`` as given, after its key's facts (see `RestoresFacts`).
+        """Store ``memory`` as given, after its key's facts; see `RestoresFacts.restore`.
 
-        The id, key, content and ``created_at`` are kept; a ``created_at`` in
-        another time zone is stored as the same instant in UTC.
-
-        Returns:
-            ``True`` if the fact was stored; ``False`` if its key already
-            holds this very fact (nothing changed).
-
-        Raises:
-            TypeError: ``memory`` is not a `Memory`, or one of its fields
-                has the wrong type.
-            InvalidContentError: The content breaks a content rule.
-            InvalidInputError: The id is not restorable, ``created_at`` is
-                naive, or the store holds a different fact with that id.
-                Nothing was stored.
-            StoreClosedError: The store was closed.
+        A ``created_at`` in another time zone is stored as the same instant in UTC.
         """
-        memory = validate_restored(memory)
+        plan = RestorePlan((validate_restored(memory),), batch=False)
         with self._lock:
-            if self._closed:
-                raise StoreClosedError("restore")
-            return self._restore_locked((memory,), batch=False) == 1
+            return self._restore_locked(self._open_table("restore"), plan) == 1
 
     async def restore_many(self, memories: Iterable[Memory]) -> int:
-        """Store every fact as given, in order, all or none (see `RestoresFacts`).
-
-        Returns:
-            How many facts were stored; facts held exactly are skipped.
-
-        Raises:
-            TypeError: As `RestoresFacts.restore_many`.
-            InvalidContentError: As `RestoresFacts.restore_many`.
-            InvalidInputError: As `RestoresFacts.restore_many`; nothing was stored.
-            StoreClosedError: The store was closed.
-        """
-        checked = validate_restored_many(memories)
+        """Store every fact as given, in order, all or none; see `RestoresFacts.restore_many`."""
+        plan = RestorePlan(validate_restored_many(memories), batch=True)
         with self._lock:
-            if self._closed:
-                raise StoreClosedError("restore_many")
-            return self._restore_locked(checked, batch=True)
+            return self._restore_locked(self._open_table("restore_many"), plan)
 
-    def _restore_locked(self, memories: tuple[Memory, ...], *, batch: bool) -> int:
+    def _restore_locked(self, table: dict[MemoryKey, Facts], plan: RestorePlan) -> int:
         # Called with the lock held. Every id is judged before anything is
         # stored, so a refusal leaves the table as it was.
         ids = self._id_index
         if ids is None:
-            ids = self._id_index = {held: facts for facts in self._facts.values() for held in facts}
-        new: dict[str, Memory] = {}
-        for index, memory in enumerate(memories):
-            memory_id = memory.id
-            holder = ids.get(memory_id)
+            ids = self._id_index = {held: facts for facts in table.values() for held in facts}
+        held: dict[str, Memory] = {}
+        for memory in plan.facts:
+            holder = ids.get(memory.id)
             # An entry naming an erased table is stale: that id is free.
-            held = new.get(memory_id) if holder is None or holder.erased else holder[memory_id]
-            if held is None:
-                new[memory_id] = memory
-            elif held != memory:
-                argument = f"memories[{index}].id" if batch else "memory.id"
-                raise InvalidInputError(argument, "is held by a different fact in this store")
-        for memory in new.values():
-            self._add_locked(memory)
-        return len(new)
+            if holder is not None and not holder.erased:
+                held[memory.id] = holder[memory.id]
+        fresh = plan.to_store(held)
+        for memory in fresh:
+            self._add_locked(table, memory)
+        return len(fresh)
