@@ -22,12 +22,13 @@ from psych_runtime.memory.port import (
     MemoryStore,
     MemoryStoreError,
     RestoresFacts,
+    ScrubsDeletions,
 )
 
 from ._errors import HeldFactsConflictError, ImportStoppedError
 from ._format import ExportReader, Layout, export_fact
 from ._pages import pages, retried
-from ._stores import ReportsDurability, Scrubs, lister, restorer, same_fact
+from ._stores import ReportsDurability, lister, restorer, same_fact
 
 __all__ = [
     "IMPORT_BATCH",
@@ -186,7 +187,7 @@ class ErasureReceipt:
 async def erase_end_user(store: MemoryStore, key: MemoryKey, shown_as: str) -> ErasureReceipt:
     """Erase every fact of ``key`` from ``store`` and return the receipt.
 
-    When it deleted something, a store that wipes deleted bytes (`Scrubs`)
+    When it deleted something, a store that wipes deleted bytes (`ScrubsDeletions`)
     wipes them now, and one that reports it says where the deletion is
     durable. ``shown_as`` is how the receipt names the store.
 
@@ -199,7 +200,7 @@ async def erase_end_user(store: MemoryStore, key: MemoryKey, shown_as: str) -> E
     if not deleted:
         return ErasureReceipt(key, deleted, erased_at, shown_as)
     scrub: ScrubState | None = None
-    if isinstance(store, Scrubs):
+    if isinstance(store, ScrubsDeletions):
         scrub = "scrubbed" if await store.scrub() else "pending"
     return ErasureReceipt(key, deleted, erased_at, shown_as, scrub, await _durability(store))
 

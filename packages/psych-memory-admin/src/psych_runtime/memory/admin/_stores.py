@@ -8,7 +8,7 @@ from psych_runtime.memory.port import ListsEndUsers, Memory, MemoryStore, Restor
 
 from ._errors import MissingCapabilityError
 
-__all__ = ["ReportsDurability", "Scrubs", "lister", "restorer", "same_fact"]
+__all__ = ["ReportsDurability", "lister", "restorer", "same_fact"]
 
 
 @runtime_checkable
@@ -22,23 +22,6 @@ class ReportsDurability(Protocol):
 
     async def deletion_durability(self) -> str:
         """Where a deletion acknowledged now is durable."""
-        ...
-
-
-@runtime_checkable
-class Scrubs(Protocol):
-    """A store that wipes deleted bytes after the deletion (SQLite's write-ahead log).
-
-    Checked by shape, so the command never imports an adapter.
-    """
-
-    @property
-    def scrub_pending(self) -> bool:
-        """Whether bytes of a deleted fact may remain."""
-        ...
-
-    async def scrub(self) -> bool:
-        """Wipe them now; ``True`` when none remain."""
         ...
 
 
