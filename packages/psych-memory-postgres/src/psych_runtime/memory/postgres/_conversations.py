@@ -16,7 +16,7 @@ from typing import Any, Final
 
 from psych_runtime.memory.port import InvalidInputError, Memory, MemoryKey, StalePageError
 
-from ._runner import Conversation
+from ._replays import Conversation
 from ._schema import Statements
 
 __all__ = [

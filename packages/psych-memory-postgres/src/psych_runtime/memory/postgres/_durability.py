@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Final, Literal, TypeAlias
 
-from ._runner import Conversation
+from ._replays import Conversation
 
 __all__ = ["DeletionDurability", "deletion_durability"]
 

@@ -12,12 +12,9 @@ Rules kept here, for every call:
   round trip) and replaced, never failing a call it was not part of.
 - Each connection gets the store's ``statement_timeout`` and
   ``lock_timeout`` before its first statement, so no call waits unbounded.
-- A call whose connection broke is replayed on a fresh connection only when
-  replaying cannot change its answer: it was never sent, or it is idempotent
-  (reads, and inserts of an id chosen before the first attempt), or it runs
-  in a transaction whose ``COMMIT`` was not yet sent (the server rolls such
-  a transaction back when its connection goes). Otherwise the outcome is
-  unknown and the caller is told so.
+- A call whose connection broke, or that a read-only server refused, is
+  replayed or given up as `_replays` decides; this module only drives the
+  attempts, the same way on either driver.
 - Cancellation: once a statement was sent, the call runs to its end (it is
   bounded by the timeouts) before the cancellation reaches the caller, so
   its effect is decided (done or not) when the caller's cancel scope exits.
@@ -31,91 +28,45 @@ import asyncio
 import sys
 import threading
 import weakref
-from collections.abc import (
-    AsyncIterator,
-    Callable,
-    Coroutine,
-    Generator,
-    Iterator,
-    Sequence,
-)
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from contextlib import (
     AbstractAsyncContextManager,
     AbstractContextManager,
     asynccontextmanager,
     contextmanager,
 )
-from dataclasses import dataclass
-from typing import Any, Final, Generic, TypeAlias, TypeVar
+from typing import Any, Final, NoReturn, TypeAlias, TypeVar
 
 import anyio
 import anyio.to_thread
 import psycopg
-from psycopg import AsyncConnection, AsyncCursor, Connection, sql
+from psycopg import AsyncConnection, Connection
 from psycopg.errors import ReadOnlySqlTransaction
-from psycopg.pq import ConnStatus, TransactionStatus
+from psycopg.pq import ConnStatus
 from psycopg.pq.abc import PGconn
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolClosed
 
-from psych_runtime.memory.port import store_events
+from ._errors import SchemaVersionError
+from ._replays import (
+    ATTEMPTS,
+    Call,
+    Conversation,
+    drops_refusing_connection,
+    failure,
+    replay_settings,
+    replays,
+)
 
-from ._errors import SchemaVersionError, StoreUnavailableError
-from ._translate import translate
-
-__all__ = [
-    "Call",
-    "Conversation",
-    "LazyPool",
-    "Pool",
-    "Rows",
-    "Runner",
-    "Statement",
-    "running_loop",
-]
+__all__ = ["LazyPool", "Pool", "Runner", "running_loop"]
 
 Pool: TypeAlias = "AsyncConnectionPool[Any] | ConnectionPool[Any]"
 """A psycopg pool: asynchronous (asyncio only) or synchronous (any backend)."""
 
-Rows: TypeAlias = list[tuple[Any, ...]]
-Statement: TypeAlias = "tuple[bytes | sql.SQL | sql.Composed, Sequence[object]]"
 _T = TypeVar("_T")
-Conversation: TypeAlias = Generator[Statement, tuple[Rows, int], _T]
-
-# A call is tried at most this often: a first attempt and two replays, each
-# on a fresh connection. Only connections the server dropped cause replays.
-_ATTEMPTS: Final = 3
 
 _SESSION_BOUNDS: Final = (
     b"SELECT set_config('statement_timeout', %s, false), set_config('lock_timeout', %s, false)"
 )
-
-
-@dataclass(slots=True, eq=False)
-class Call(Generic[_T]):
-    """One call of the store, ready to run, and what it did so far.
-
-    Attributes:
-        operation: The method's name, for errors.
-        conversation: Makes a fresh conversation for each attempt.
-        replayable: Replaying it after a broken connection cannot change
-            its answer.
-        transaction: Run every statement in one transaction (setup, restores,
-            erase). Until its ``COMMIT`` is sent, a broken connection leaves
-            no trace of it, so it is replayed like a call never sent.
-        changes: It may change the database. A call that only reads has no
-            effect to decide, so a cancellation may interrupt it anywhere.
-        sent: A statement of this call reached a connection (in any attempt).
-        uncertain: An attempt broke after sending, so it may have taken
-            effect.
-    """
-
-    operation: str
-    conversation: Callable[[], Conversation[_T]]
-    replayable: bool
-    transaction: bool = False
-    changes: bool = True
-    sent: bool = False
-    uncertain: bool = False
 
 
 class LazyPool:
@@ -233,46 +184,39 @@ class Runner:
         try:
             pool = fallback.get()
         except psycopg.Error as exc:
-            failure = self._failure(call, exc, broken=False, sent=False)
-            raise failure from exc
+            self._fail(call, exc, broken=False, sent=False)
         return self._attempts_sync(pool, call)
 
     # -- asyncio, psycopg's asynchronous pool ---------------------------------
 
     async def _attempts_async(self, pool: AsyncConnectionPool[Any], call: Call[_T]) -> _T:
-        for attempt in range(1, _ATTEMPTS + 1):
+        for attempt in range(1, ATTEMPTS + 1):
             used: AsyncConnection[Any] | None = None
             sent = False
             try:
                 for fresh in range(pool.max_size + 1):
-                    async with _connection_async(pool, replay=attempt > 1) as conn:
+                    async with _connection_async(pool, attempt) as conn:
                         if fresh < pool.max_size and not _alive(conn.pgconn):
                             continue
                         used = conn
-                        bounded = self._bounds is None or conn in self._prepared
-                        if not bounded:
-                            await conn.execute(_SESSION_BOUNDS, self._bounds)
+                        bounds = self._bounds_for(conn)
+                        if bounds is not None:
+                            await conn.execute(_SESSION_BOUNDS, bounds)
                         call.sent = True
                         sent = not call.transaction
                         if call.transaction:
                             async with conn.transaction():
-                                async with conn.cursor() as cursor:
-                                    result = await _converse_async(cursor, call.conversation())
+                                result = await _converse_async(conn, call.conversation())
                                 sent = True
                         else:
-                            async with conn.cursor() as cursor:
-                                result = await _converse_async(cursor, call.conversation())
-                        if not bounded:
+                            result = await _converse_async(conn, call.conversation())
+                        if bounds is not None:
                             self._prepared.add(conn)
                         return result
             except psycopg.Error as exc:
                 broken = used is not None and used.broken
-                if not (_replay(call, exc, broken=broken, sent=sent) and attempt < _ATTEMPTS):
-                    failure = self._failure(call, exc, broken=broken, sent=sent)
-                    raise failure from exc
-                _report_replay(attempt + 1, broken=broken)
-                if sent and broken:
-                    call.uncertain = True
+                if not replays(call, exc, broken=broken, sent=sent, attempt=attempt):
+                    self._fail(call, exc, broken=broken, sent=sent)
         raise AssertionError("unreachable: the last attempt raises")  # pragma: no cover
 
     # -- any event loop, psycopg's synchronous pool in a worker thread -------
@@ -280,18 +224,18 @@ class Runner:
     def _attempts_sync(self, pool: ConnectionPool[Any], call: Call[_T]) -> _T:
         # Runs in a worker thread; ``call.sent`` and ``call.uncertain`` are
         # read only once it is done.
-        for attempt in range(1, _ATTEMPTS + 1):
+        for attempt in range(1, ATTEMPTS + 1):
             used: Connection[Any] | None = None
             sent = False
             try:
                 for fresh in range(pool.max_size + 1):
-                    with _connection_sync(pool, replay=attempt > 1) as conn:
+                    with _connection_sync(pool, attempt) as conn:
                         if fresh < pool.max_size and not _alive(conn.pgconn):
                             continue
                         used = conn
-                        bounded = self._bounds is None or conn in self._prepared
-                        if not bounded:
-                            conn.execute(_SESSION_BOUNDS, self._bounds)
+                        bounds = self._bounds_for(conn)
+                        if bounds is not None:
+                            conn.execute(_SESSION_BOUNDS, bounds)
                         call.sent = True
                         sent = not call.transaction
                         if call.transaction:
@@ -300,37 +244,26 @@ class Runner:
                                 sent = True
                         else:
                             result = _converse_sync(conn, call.conversation())
-                        if not bounded:
+                        if bounds is not None:
                             self._prepared.add(conn)
                         return result
             except psycopg.Error as exc:
                 broken = used is not None and used.broken
-                if not (_replay(call, exc, broken=broken, sent=sent) and attempt < _ATTEMPTS):
-                    failure = self._failure(call, exc, broken=broken, sent=sent)
-                    raise failure from exc
-                _report_replay(attempt + 1, broken=broken)
-                if sent and broken:
-                    call.uncertain = True
+                if not replays(call, exc, broken=broken, sent=sent, attempt=attempt):
+                    self._fail(call, exc, broken=broken, sent=sent)
         raise AssertionError("unreachable: the last attempt raises")  # pragma: no cover
 
-    def _failure(
-        self, call: Call[Any], exc: psycopg.Error, *, broken: bool, sent: bool
-    ) -> Exception:
-        # A read changes nothing, whatever became of it.
-        sent = sent and call.changes
-        error = translate(call.operation, exc, broken=broken, sent=sent, schema=self._schema)
+    def _bounds_for(self, conn: object) -> tuple[str, str] | None:
+        # The session bounds a connection still needs before its first
+        # statement of this store, if any.
+        return None if conn in self._prepared else self._bounds
+
+    def _fail(self, call: Call[Any], exc: psycopg.Error, *, broken: bool, sent: bool) -> NoReturn:
+        error = failure(call, exc, broken=broken, sent=sent, schema=self._schema)
         if isinstance(error, SchemaVersionError):
             # The tables went away under a running store: check again next time.
             self.verified = False
-        if (
-            call.uncertain
-            and call.changes
-            and isinstance(error, StoreUnavailableError)
-            and not error.may_have_taken_effect
-        ):
-            # An earlier attempt may have committed before its connection broke.
-            error = StoreUnavailableError(error.operation, error.reason, may_have_taken_effect=True)
-        return error
+        raise error from exc
 
 
 if sys.version_info >= (3, 12):
@@ -416,19 +349,12 @@ async def _refuse_trio() -> Any:
     )
 
 
-# A replay runs on a connection opened for it, outside the pool: whatever
-# broke the first attempt (a failover, an operator terminating backends one
-# after another) may still be breaking the pool's other connections, which
-# were opened before it. Replays are rare; the extra connection lives for
-# one call.
-
-
 def _connection_async(
-    pool: AsyncConnectionPool[Any], *, replay: bool
+    pool: AsyncConnectionPool[Any], attempt: int
 ) -> AbstractAsyncContextManager[AsyncConnection[Any]]:
-    # The pool's own context manager on the first attempt, with no layer of
-    # ours around it: every call goes through here.
-    settings = _settings(pool) if replay else None
+    # The pool's own context manager unless the attempt is a replay, with
+    # no layer of ours around it: every call goes through here.
+    settings = replay_settings(pool.conninfo, pool.kwargs, attempt=attempt)
     if settings is None:
         return pool.connection()
     return _fresh_async(*settings)
@@ -444,9 +370,9 @@ async def _fresh_async(
 
 
 def _connection_sync(
-    pool: ConnectionPool[Any], *, replay: bool
+    pool: ConnectionPool[Any], attempt: int
 ) -> AbstractContextManager[Connection[Any]]:
-    settings = _settings(pool) if replay else None
+    settings = replay_settings(pool.conninfo, pool.kwargs, attempt=attempt)
     if settings is None:
         return pool.connection()
     return _fresh_sync(*settings)
@@ -459,57 +385,22 @@ def _fresh_sync(conninfo: str, kwargs: dict[str, Any]) -> Iterator[Connection[An
         yield fresh
 
 
-def _settings(pool: Pool) -> tuple[str, dict[str, Any]] | None:
-    # The pool's connection settings, unless they are computed per
-    # connection (then the pool's own next connection is used).
-    conninfo, kwargs = pool.conninfo, pool.kwargs
-    if isinstance(conninfo, str) and isinstance(kwargs, dict | None):
-        return conninfo, dict(kwargs or {})
-    return None
-
-
-def _replay(call: Call[Any], exc: psycopg.Error, *, broken: bool, sent: bool) -> bool:
-    # Whether another attempt cannot change the call's answer. A server that
-    # refuses to write (a standby, or a primary fenced or being demoted)
-    # changed nothing: a call in a transaction is rolled back whole, and of
-    # the calls outside one the only ones never replayed, forget and the
-    # single statement of a small erase, are each one statement. Unless an
-    # earlier attempt broke after sending, the call is replayed on a fresh
-    # connection, which the URL's target_session_attrs sends to a writable
-    # server.
-    if broken:
-        return call.replayable or not sent
-    return isinstance(exc, ReadOnlySqlTransaction) and not call.uncertain
-
-
-def _report_replay(attempt: int, *, broken: bool) -> None:
-    # To the observer of the call, if any (such as psych-memory-otel).
-    listener = store_events.get()
-    if listener is not None:
-        reason = "connection broken" if broken else "server read-only"
-        listener(
-            "psych_memory.replay", {"psych_memory.attempt": attempt, "psych_memory.reason": reason}
-        )
-
-
-async def _converse_async(cursor: AsyncCursor[Any], conversation: Conversation[_T]) -> _T:
-    statement = next(conversation)
-    while True:
-        try:
-            await cursor.execute(statement[0], statement[1])
-        except ReadOnlySqlTransaction:
-            if cursor.connection.info.transaction_status == TransactionStatus.IDLE:
-                # It would refuse every later write too: closed, so the pool
-                # drops it. Inside a transaction it stays open for the
-                # rollback; a later call outside one closes it.
-                await cursor.connection.close()
-            raise
-        rows = await cursor.fetchall() if cursor.description is not None else []
-        try:
-            statement = conversation.send((rows, cursor.rowcount))
-        except StopIteration as done:
-            result: _T = done.value
-            return result
+async def _converse_async(conn: AsyncConnection[Any], conversation: Conversation[_T]) -> _T:
+    async with conn.cursor() as cursor:
+        statement = next(conversation)
+        while True:
+            try:
+                await cursor.execute(statement[0], statement[1])
+            except ReadOnlySqlTransaction:
+                if drops_refusing_connection(conn.info.transaction_status):
+                    await conn.close()
+                raise
+            rows = await cursor.fetchall() if cursor.description is not None else []
+            try:
+                statement = conversation.send((rows, cursor.rowcount))
+            except StopIteration as done:
+                result: _T = done.value
+                return result
 
 
 def _converse_sync(conn: Connection[Any], conversation: Conversation[_T]) -> _T:
@@ -519,7 +410,7 @@ def _converse_sync(conn: Connection[Any], conversation: Conversation[_T]) -> _T:
             try:
                 cursor.execute(statement[0], statement[1])
             except ReadOnlySqlTransaction:
-                if conn.info.transaction_status == TransactionStatus.IDLE:
+                if drops_refusing_connection(conn.info.transaction_status):
                     conn.close()
                 raise
             rows = cursor.fetchall() if cursor.description is not None else []

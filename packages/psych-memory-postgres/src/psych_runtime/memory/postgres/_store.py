@@ -35,7 +35,8 @@ from psych_runtime.memory.port import (
 from . import _conversations as talk
 from ._durability import DeletionDurability, deletion_durability
 from ._errors import ConnectionRefusedByServerError, SchemaVersionError, StoreUnavailableError
-from ._runner import Call, Conversation, LazyPool, Pool, Runner, running_loop
+from ._replays import Call, Conversation
+from ._runner import LazyPool, Pool, Runner, running_loop
 from ._schema import (
     DEFAULT_SCHEMA,
     SCHEMA_VERSION,
