@@ -13,13 +13,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from psych_runtime.memory.inproc import InProcessMemory
-from psych_runtime.memory.port import MAX_CONTENT_LENGTH, Memory, MemoryStore, Scope
+from psych_runtime.memory.port import MAX_CONTENT_LENGTH, Memory, MemoryStore, Scope, memory_key
 from psych_runtime.tools.builtins import (
     DEFAULT_MAX_FACT_LENGTH,
     DEFAULT_MAX_FACTS,
     DEFAULT_MAX_PROMPT_CHARS,
     MIN_PROMPT_CHARS,
     MemoryTools,
+    ToolLimits,
     memory_full,
     memory_tools,
 )
@@ -94,29 +95,29 @@ def test_defaults_are_documented_values() -> None:
     assert (none.max_facts, none.max_fact_length, none.max_prompt_chars) == (None, None, None)
 
 
-@pytest.mark.parametrize(
-    ("limits", "error_type", "words"),
-    [
-        ({"max_facts": 0}, ValueError, "max_facts must be None or at least 1 (got 0)"),
-        ({"max_facts": -5}, ValueError, "max_facts must be None or at least 1"),
-        ({"max_facts": True}, TypeError, "max_facts must be None or an int, not bool"),
-        ({"max_facts": 2.0}, TypeError, "max_facts must be None or an int, not float"),
-        ({"max_fact_length": 0}, ValueError, "max_fact_length must be None or at least 1"),
-        (
-            {"max_fact_length": MAX_CONTENT_LENGTH + 1},
-            ValueError,
-            f"max_fact_length must be None or at most {MAX_CONTENT_LENGTH}",
-        ),
-        ({"max_fact_length": "300"}, TypeError, "max_fact_length must be None or an int"),
-        (
-            {"max_prompt_chars": MIN_PROMPT_CHARS - 1},
-            ValueError,
-            f"max_prompt_chars must be at least {MIN_PROMPT_CHARS}",
-        ),
-        ({"max_prompt_chars": 0}, ValueError, "header"),
-        ({"max_prompt_chars": False}, TypeError, "max_prompt_chars must be None or an int"),
-    ],
-)
+BAD_LIMITS: list[tuple[dict[str, Any], type[Exception], str]] = [
+    ({"max_facts": 0}, ValueError, "max_facts must be None or at least 1 (got 0)"),
+    ({"max_facts": -5}, ValueError, "max_facts must be None or at least 1"),
+    ({"max_facts": True}, TypeError, "max_facts must be None or an int, not bool"),
+    ({"max_facts": 2.0}, TypeError, "max_facts must be None or an int, not float"),
+    ({"max_fact_length": 0}, ValueError, "max_fact_length must be None or at least 1"),
+    (
+        {"max_fact_length": MAX_CONTENT_LENGTH + 1},
+        ValueError,
+        f"max_fact_length must be None or at most {MAX_CONTENT_LENGTH}",
+    ),
+    ({"max_fact_length": "300"}, TypeError, "max_fact_length must be None or an int"),
+    (
+        {"max_prompt_chars": MIN_PROMPT_CHARS - 1},
+        ValueError,
+        f"max_prompt_chars must be at least {MIN_PROMPT_CHARS}",
+    ),
+    ({"max_prompt_chars": 0}, ValueError, "header"),
+    ({"max_prompt_chars": False}, TypeError, "max_prompt_chars must be None or an int"),
+]
+
+
+@pytest.mark.parametrize(("limits", "error_type", "words"), BAD_LIMITS)
 def test_limits_are_checked_when_the_tools_are_wired(
     limits: dict[str, Any], error_type: type[Exception], words: str
 ) -> None:
@@ -142,6 +143,41 @@ def test_the_smallest_limits_are_accepted() -> None:
         InProcessMemory(), scope="a", end_user_id="u", max_fact_length=MAX_CONTENT_LENGTH
     )
     assert full_length.max_fact_length == MAX_CONTENT_LENGTH
+
+
+@pytest.mark.parametrize(("limits", "error_type", "words"), BAD_LIMITS)
+def test_the_limits_object_refuses_what_the_tools_refuse(
+    limits: dict[str, Any], error_type: type[Exception], words: str
+) -> None:
+    with pytest.raises(error_type, match=re.escape(words)):
+        ToolLimits(**limits)
+
+
+def test_the_limits_object_binds_the_tools_and_cannot_change() -> None:
+    limits = ToolLimits(max_facts=None, max_fact_length=120)
+    assert limits == ToolLimits(None, 120, DEFAULT_MAX_PROMPT_CHARS)
+    with pytest.raises(AttributeError):
+        limits.max_facts = 3  # type: ignore[misc]
+    tools = MemoryTools(InProcessMemory(), memory_key("acme", "u1"), limits=limits)
+    assert tools.limits is limits
+    assert (tools.max_facts, tools.max_fact_length, tools.max_prompt_chars) == (
+        None,
+        120,
+        DEFAULT_MAX_PROMPT_CHARS,
+    )
+    assert tools.specs[0].input_schema["properties"]["content"]["maxLength"] == 120
+    bound = memory_tools(InProcessMemory(), scope="acme", end_user_id="u1", max_facts=7)
+    assert bound.limits == ToolLimits(max_facts=7)
+    assert ToolLimits().fact_length == DEFAULT_MAX_FACT_LENGTH
+    assert ToolLimits(max_fact_length=None).fact_length == MAX_CONTENT_LENGTH
+
+
+def test_the_limits_object_is_not_given_beside_single_limits() -> None:
+    key = memory_key("acme", "u1")
+    with pytest.raises(TypeError, match="give either limits or max_facts"):
+        MemoryTools(InProcessMemory(), key, max_facts=3, limits=ToolLimits())
+    with pytest.raises(TypeError, match="limits must be a ToolLimits, not dict"):
+        MemoryTools(InProcessMemory(), key, limits={"max_facts": 3})  # type: ignore[arg-type]
 
 
 # The cap

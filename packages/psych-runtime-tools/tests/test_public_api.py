@@ -24,6 +24,7 @@ def test_all_is_exactly_the_public_api() -> None:
         "MemoryTools",
         "REMEMBER",
         "RefusedCallError",
+        "ToolLimits",
         "ToolResult",
         "ToolSpec",
         "UnknownToolError",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Final
 
 from starlette.applications import Starlette
@@ -12,8 +13,8 @@ from starlette.middleware import Middleware
 from mcp.server import Server
 from mcp.server.auth.provider import TokenVerifier
 from mcp.server.auth.settings import AuthSettings
-from psych_runtime.memory.port import MemoryStore, Scope, validate_key_part
-from psych_runtime.tools.builtins import memory_tools
+from psych_runtime.memory.port import MemoryStore, Scope, memory_key, validate_key_part
+from psych_runtime.tools.builtins import MemoryTools, ToolLimits
 
 from ._http import (
     AnswerUncheckable,
@@ -23,14 +24,15 @@ from ._http import (
     transport_security,
 )
 from ._identity import token_binder
-from ._server import build_server
+from ._server import Binder, build_server
 
 __all__ = [
     "DEFAULT_MAX_SESSIONS",
     "DEFAULT_MAX_SESSIONS_PER_USER",
     "DEFAULT_SESSION_IDLE_TIMEOUT",
     "SERVER_NAME",
-    "check_sessions",
+    "SessionLimits",
+    "http_app",
     "memory_http_app",
     "memory_server",
 ]
@@ -62,19 +64,19 @@ def memory_server(
         scope: The tenant, as for `memory_tools`.
         end_user_id: The end user, as for `memory_tools`.
         **limits: The limits `memory_tools` takes (``max_facts``,
-            ``max_fact_length``, ``max_prompt_chars``), passed on unchanged;
-            what is not given keeps the tools' default.
+            ``max_fact_length``, ``max_prompt_chars``), as a `ToolLimits`
+            holds them; what is not given keeps the tools' default.
 
     Returns:
         The server.
 
     Raises:
         TypeError: ``memory`` is not a `MemoryStore`, the key has the wrong
-            type, or a limit is not one `memory_tools` takes.
+            type, or a limit is not one `ToolLimits` holds or has the wrong type.
         InvalidKeyError: The tenant or end-user id breaks a key rule.
         ValueError: A limit is out of range.
     """
-    tools = memory_tools(memory, scope=scope, end_user_id=end_user_id, **limits)
+    tools = MemoryTools(memory, memory_key(scope, end_user_id), limits=ToolLimits(**limits))
     return build_server(lambda: tools, name=SERVER_NAME)
 
 
@@ -139,7 +141,8 @@ def memory_http_app(  # noqa: PLR0913 - keyword-only settings
         allowed_origins: ``Origin`` values accepted besides the origin of
             ``resource_server_url`` and, for a loopback bind, the loopback
             origins; a request without ``Origin`` is accepted.
-        **limits: The limits `memory_tools` takes, for every user's tools.
+        **limits: The limits `memory_tools` takes, as a `ToolLimits` holds
+            them, for every user's tools.
 
     Returns:
         A Starlette app; serve it with any ASGI server (the console script
@@ -147,7 +150,8 @@ def memory_http_app(  # noqa: PLR0913 - keyword-only settings
 
     Raises:
         TypeError: ``memory`` is not a `MemoryStore`, ``tenant`` is not a
-            `str`, or a limit is not one `memory_tools` takes.
+            `str`, or a limit is not one `ToolLimits` holds or has the wrong
+            type.
         ValueError: Not exactly one of ``tenant`` and ``tenant_claim`` is
             given, a limit is out of range, or a session setting is not
             positive (``max_sessions_per_user`` above ``max_sessions``
@@ -161,10 +165,53 @@ def memory_http_app(  # noqa: PLR0913 - keyword-only settings
     if tenant is not None:
         # Checked now, so a bad tenant fails at launch and not on each request.
         validate_key_part(tenant, "tenant")
-    check_sessions(max_sessions, max_sessions_per_user, session_idle_timeout)
-    # Built once here so that a bad limit fails now, not on each request.
-    memory_tools(memory, scope=tenant or "launch-check", end_user_id="launch-check", **limits)
-    bind = token_binder(memory, tenant=tenant, tenant_claim=tenant_claim, limits=limits)
+    sessions = SessionLimits(max_sessions, max_sessions_per_user, session_idle_timeout)
+    # Checked once here, so that a bad limit fails now and not on each request.
+    tool_limits = ToolLimits(**limits)
+    return http_app(
+        token_binder(memory, tenant=tenant, tenant_claim=tenant_claim, limits=tool_limits),
+        verifier=verifier,
+        issuer_url=issuer_url,
+        resource_server_url=resource_server_url,
+        required_scopes=required_scopes,
+        host=host,
+        path=path,
+        sessions=sessions,
+        allowed_hosts=allowed_hosts,
+        allowed_origins=allowed_origins,
+    )
+
+
+def http_app(  # noqa: PLR0913 - keyword-only settings
+    bind: Binder,
+    *,
+    verifier: TokenVerifier,
+    issuer_url: str,
+    resource_server_url: str,
+    required_scopes: Sequence[str],
+    host: str,
+    path: str,
+    sessions: SessionLimits,
+    allowed_hosts: Sequence[str],
+    allowed_origins: Sequence[str],
+) -> Starlette:
+    """The app `memory_http_app` serves, from settings already checked.
+
+    Args:
+        bind: Returns the tools of the request's end user (`token_binder`).
+        verifier: As for `memory_http_app`.
+        issuer_url: As for `memory_http_app`.
+        resource_server_url: As for `memory_http_app`.
+        required_scopes: As for `memory_http_app`.
+        host: As for `memory_http_app`.
+        path: As for `memory_http_app`.
+        sessions: The bounds on open sessions.
+        allowed_hosts: As for `memory_http_app`.
+        allowed_origins: As for `memory_http_app`.
+
+    Returns:
+        The Starlette app.
+    """
     server = build_server(bind, name=SERVER_NAME, arguments_as_sent=True)
     auth = AuthSettings(
         issuer_url=issuer_url,  # type: ignore[arg-type]
@@ -185,8 +232,8 @@ def memory_http_app(  # noqa: PLR0913 - keyword-only settings
         auth=auth,
         token_verifier=CheckingVerifier(verifier),
         transport_security=security,
-        max_sessions=max_sessions,
-        session_idle_timeout=session_idle_timeout,
+        max_sessions=sessions.max_sessions,
+        session_idle_timeout=sessions.session_idle_timeout,
     )
     # Inside authentication, which sets the user they count sessions for.
     app.user_middleware.append(Middleware(RepeatedKeys, path=path))
@@ -194,8 +241,8 @@ def memory_http_app(  # noqa: PLR0913 - keyword-only settings
         Middleware(
             SessionsPerUser,
             path=path,
-            per_user=max_sessions_per_user,
-            idle_timeout=session_idle_timeout,
+            per_user=sessions.max_sessions_per_user,
+            idle_timeout=sessions.session_idle_timeout,
         )
     )
     # Outside authentication, where the verifier's failure surfaces.
@@ -203,22 +250,41 @@ def memory_http_app(  # noqa: PLR0913 - keyword-only settings
     return app
 
 
-def check_sessions(max_sessions: int, per_user: int, idle_timeout: float) -> None:
-    """Refuse session settings that are not positive, or a per-user bound above the total.
+@dataclass(frozen=True, slots=True)
+class SessionLimits:
+    """The bounds on the HTTP sessions of one app, checked when this is made.
+
+    Attributes:
+        max_sessions: The most sessions open at once, for all users.
+        max_sessions_per_user: The most sessions one end user may hold, at
+            most ``max_sessions``.
+        session_idle_timeout: Seconds after which a session with no request
+            in flight is closed.
 
     Raises:
         TypeError: A count is not an `int`, or the timeout not a number.
-        ValueError: A setting is out of range.
+        ValueError: A setting is not positive, or the per-user bound is
+            above the total.
     """
-    for name, value in (("max_sessions", max_sessions), ("max_sessions_per_user", per_user)):
-        if type(value) is not int:
-            raise TypeError(f"{name} must be an int, not {type(value).__qualname__}")
-        if value < 1:
-            raise ValueError(f"{name} must be at least 1")
-    if per_user > max_sessions:
-        raise ValueError("max_sessions_per_user must not exceed max_sessions")
-    timeout: object = idle_timeout
-    if not isinstance(timeout, int | float) or isinstance(timeout, bool):
-        raise TypeError("session_idle_timeout must be a number of seconds")
-    if not (math.isfinite(idle_timeout) and idle_timeout > 0):
-        raise ValueError("session_idle_timeout must be a positive, finite number of seconds")
+
+    max_sessions: int = DEFAULT_MAX_SESSIONS
+    max_sessions_per_user: int = DEFAULT_MAX_SESSIONS_PER_USER
+    session_idle_timeout: float = DEFAULT_SESSION_IDLE_TIMEOUT
+
+    def __post_init__(self) -> None:
+        counts = (
+            ("max_sessions", self.max_sessions),
+            ("max_sessions_per_user", self.max_sessions_per_user),
+        )
+        for name, value in counts:
+            if type(value) is not int:
+                raise TypeError(f"{name} must be an int, not {type(value).__qualname__}")
+            if value < 1:
+                raise ValueError(f"{name} must be at least 1")
+        if self.max_sessions_per_user > self.max_sessions:
+            raise ValueError("max_sessions_per_user must not exceed max_sessions")
+        timeout: object = self.session_idle_timeout
+        if not isinstance(timeout, int | float) or isinstance(timeout, bool):
+            raise TypeError("session_idle_timeout must be a number of seconds")
+        if not (math.isfinite(timeout) and timeout > 0):
+            raise ValueError("session_idle_timeout must be a positive, finite number of seconds")

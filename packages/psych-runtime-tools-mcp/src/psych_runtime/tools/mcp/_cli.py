@@ -14,7 +14,6 @@ from typing import NoReturn
 import anyio
 
 from psych_runtime.memory.admin import StoreBackendError, open_memory
-from psych_runtime.memory.inproc import InProcessMemory
 from psych_runtime.memory.port import (
     InvalidKeyError,
     MemoryStore,
@@ -22,16 +21,17 @@ from psych_runtime.memory.port import (
     memory_key,
     validate_key_part,
 )
-from psych_runtime.tools.builtins import memory_tools
+from psych_runtime.tools.builtins import MemoryTools, ToolLimits
 
 from ._app import (
     DEFAULT_MAX_SESSIONS,
     DEFAULT_MAX_SESSIONS_PER_USER,
     DEFAULT_SESSION_IDLE_TIMEOUT,
     SERVER_NAME,
-    check_sessions,
-    memory_http_app,
+    SessionLimits,
+    http_app,
 )
+from ._identity import token_binder
 from ._jwt import ALGORITHMS, DEFAULT_JWKS_TIMEOUT, JwtVerifier
 from ._server import build_server
 from ._stdio import marked_stdio
@@ -39,9 +39,9 @@ from ._uvicorn import serve_http
 
 __all__ = ["main"]
 
-_PROG = "psych-memory-mcp"
+_PROGRAM = "psych-memory-mcp"
 _OPTION_OF_ARGUMENT = {"end_user_id": "--user"}
-_HTTP_ONLY = (
+_HTTP_ONLY_OPTIONS = (
     "tenant_claim",
     "audience",
     "jwks_url",
@@ -52,15 +52,15 @@ _HTTP_ONLY = (
     "max_sessions_per_user",
     "session_idle_timeout",
 )
-_HTTP_ONLY_LISTS = ("issuer", "scope", "algorithm", "allowed_host", "allowed_origin")
-_LIMITS = {
+_HTTP_ONLY_REPEATED_OPTIONS = ("issuer", "scope", "algorithm", "allowed_host", "allowed_origin")
+_TOOL_LIMIT_HELP = {
     "max_facts": "the most facts one end user may hold",
     "max_fact_length": "the most characters of one fact",
     "max_prompt_chars": "the most characters of the memory block (recall, resource, prompt)",
 }
 
 
-class _Parser(argparse.ArgumentParser):
+class _OneLineParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         # One line, so that a client showing the server's stderr shows the reason.
         self.exit(2, f"{self.prog}: error: {message}\n")
@@ -84,9 +84,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     return _main_stdio(parser, args)
 
 
-def _parser() -> _Parser:
-    parser = _Parser(
-        prog=_PROG,
+def _parser() -> _OneLineParser:
+    parser = _OneLineParser(
+        prog=_PROGRAM,
         description=(
             "Serve Psych memory to MCP clients. Over stdio (the default) one process "
             "serves one end user, fixed by --tenant and --user. With --http, each "
@@ -103,10 +103,13 @@ def _parser() -> _Parser:
     limits = parser.add_argument_group(
         "limits of the memory tools (each a number or 'none'; default: the tools' own)"
     )
-    for name, help_text in _LIMITS.items():
-        # Left out of the namespace unless given, so that "none" stays distinct.
+    defaults = ToolLimits()
+    for name, help_text in _TOOL_LIMIT_HELP.items():
         limits.add_argument(
-            f"--{name.replace('_', '-')}", type=_limit, default=argparse.SUPPRESS, help=help_text
+            f"--{name.replace('_', '-')}",
+            type=_tool_limit_value,
+            default=getattr(defaults, name),
+            help=help_text,
         )
     http = parser.add_argument_group("streamable HTTP")
     http.add_argument("--http", action="store_true", help="serve streamable HTTP, not stdio")
@@ -130,22 +133,22 @@ def _parser() -> _Parser:
     )
     http.add_argument(
         "--jwks-timeout",
-        type=_seconds,
+        type=_positive_seconds,
         help=f"the most seconds one JWKS fetch may take (default: {DEFAULT_JWKS_TIMEOUT:.0f})",
     )
     http.add_argument(
         "--max-sessions",
-        type=_count,
+        type=_positive_count,
         help=f"the most sessions open at once, for all users (default: {DEFAULT_MAX_SESSIONS})",
     )
     http.add_argument(
         "--max-sessions-per-user",
-        type=_count,
+        type=_positive_count,
         help=f"the most sessions one end user may hold (default: {DEFAULT_MAX_SESSIONS_PER_USER})",
     )
     http.add_argument(
         "--session-idle-timeout",
-        type=_seconds,
+        type=_positive_seconds,
         help=(
             "seconds after which a session with no request in flight is closed "
             f"(default: {DEFAULT_SESSION_IDLE_TIMEOUT:.0f})"
@@ -166,33 +169,32 @@ def _parser() -> _Parser:
     return parser
 
 
-def _main_stdio(parser: _Parser, args: argparse.Namespace) -> int:
-    for option in _HTTP_ONLY:
+def _main_stdio(parser: _OneLineParser, args: argparse.Namespace) -> int:
+    for option in _HTTP_ONLY_OPTIONS:
         if getattr(args, option) is not None:
             parser.error(f"--{option.replace('_', '-')} is for --http only")
-    for option in _HTTP_ONLY_LISTS:
+    for option in _HTTP_ONLY_REPEATED_OPTIONS:
         if getattr(args, option):
             parser.error(f"--{option.replace('_', '-')} is for --http only")
     if args.tenant is None or args.user is None:
         parser.error("--tenant and --user are required over stdio")
     try:
-        memory_key(args.tenant, args.user)
+        key = memory_key(args.tenant, args.user)
     except InvalidKeyError as error:
         parser.error(f"{_OPTION_OF_ARGUMENT.get(error.argument, '--tenant')} {error.rule}")
-
-    limits = _checked_limits(parser, args)
+    limits = _tool_limits(parser, args)
 
     async def serve(memory: MemoryStore) -> None:
-        tools = memory_tools(memory, scope=args.tenant, end_user_id=args.user, **limits)
+        tools = MemoryTools(memory, key, limits=limits)
         # As memory_server, but trusting ARGUMENTS_AS_SENT, which marked_stdio sets and strips.
         server = build_server(lambda: tools, name=SERVER_NAME, arguments_as_sent=True)
         async with marked_stdio() as (read_stream, write_stream):
             await server.run(read_stream, write_stream, server.create_initialization_options())
 
-    return anyio.run(_with_store, parser, args.store, serve)
+    return anyio.run(_serve_store, parser, args.store, serve)
 
 
-def _main_http(parser: _Parser, args: argparse.Namespace) -> int:
+def _main_http(parser: _OneLineParser, args: argparse.Namespace) -> int:
     if args.user is not None:
         parser.error("--user is for stdio only: over HTTP the access token names the user")
     if (args.tenant is None) == (args.tenant_claim is None):
@@ -205,7 +207,7 @@ def _main_http(parser: _Parser, args: argparse.Namespace) -> int:
         parser.error("give exactly one of --jwks-url and --jwt-key-file")
     if args.jwt_key_file is not None and args.jwks_timeout is not None:
         parser.error("--jwks-timeout is for --jwks-url only")
-    max_sessions, per_user, idle_timeout = _checked_sessions(parser, args)
+    sessions = _session_limits(parser, args)
     if args.tenant is not None:
         try:
             validate_key_part(args.tenant, "tenant")
@@ -215,7 +217,7 @@ def _main_http(parser: _Parser, args: argparse.Namespace) -> int:
         key = args.jwt_key_file.read_text() if args.jwt_key_file is not None else None
     except OSError as error:
         parser.error(f"--jwt-key-file cannot be read ({type(error).__name__})")
-    limits = _checked_limits(parser, args)
+    limits = _tool_limits(parser, args)
     verifier = JwtVerifier(
         issuers=args.issuer,
         audience=args.audience,
@@ -226,30 +228,26 @@ def _main_http(parser: _Parser, args: argparse.Namespace) -> int:
     )
 
     async def serve(memory: MemoryStore) -> None:
-        app = memory_http_app(
-            memory,
+        # Every setting is checked above, each refusal worded for the command line.
+        app = http_app(
+            token_binder(memory, tenant=args.tenant, tenant_claim=args.tenant_claim, limits=limits),
             verifier=verifier,
             issuer_url=args.issuer[0],
             resource_server_url=args.resource_url or args.audience,
-            tenant=args.tenant,
-            tenant_claim=args.tenant_claim,
             required_scopes=args.scope,
             host=args.host,
             path=args.path,
+            sessions=sessions,
             allowed_hosts=args.allowed_host,
             allowed_origins=args.allowed_origin,
-            max_sessions=max_sessions,
-            max_sessions_per_user=per_user,
-            session_idle_timeout=idle_timeout,
-            **limits,
         )
         await serve_http(app, host=args.host, port=args.port, path=args.path)
 
     # uvicorn runs on asyncio only.
-    return anyio.run(_with_store, parser, args.store, serve, backend="asyncio")
+    return anyio.run(_serve_store, parser, args.store, serve, backend="asyncio")
 
 
-def _limit(text: str) -> int | None:
+def _tool_limit_value(text: str) -> int | None:
     if text.lower() == "none":
         return None
     try:
@@ -258,7 +256,7 @@ def _limit(text: str) -> int | None:
         raise argparse.ArgumentTypeError("must be a whole number or 'none'") from None
 
 
-def _count(text: str) -> int:
+def _positive_count(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
@@ -268,7 +266,7 @@ def _count(text: str) -> int:
     return value
 
 
-def _seconds(text: str) -> float:
+def _positive_seconds(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
@@ -278,32 +276,28 @@ def _seconds(text: str) -> float:
     return value
 
 
-def _checked_sessions(parser: _Parser, args: argparse.Namespace) -> tuple[int, int, float]:
-    total: int = args.max_sessions or DEFAULT_MAX_SESSIONS
-    per_user: int = args.max_sessions_per_user or DEFAULT_MAX_SESSIONS_PER_USER
-    idle: float = args.session_idle_timeout or DEFAULT_SESSION_IDLE_TIMEOUT
+def _session_limits(parser: _OneLineParser, args: argparse.Namespace) -> SessionLimits:
     try:
-        check_sessions(total, per_user, idle)
+        return SessionLimits(
+            args.max_sessions or DEFAULT_MAX_SESSIONS,
+            args.max_sessions_per_user or DEFAULT_MAX_SESSIONS_PER_USER,
+            args.session_idle_timeout or DEFAULT_SESSION_IDLE_TIMEOUT,
+        )
     except ValueError:
+        # The options' types refuse every other bad value.
         parser.error("--max-sessions-per-user must not exceed --max-sessions")
-    return total, per_user, idle
 
 
-def _checked_limits(parser: _Parser, args: argparse.Namespace) -> dict[str, int | None]:
-    # Only the limits given are passed on: the others keep the tools' defaults.
-    limits: dict[str, int | None] = {
-        name: getattr(args, name) for name in _LIMITS if hasattr(args, name)
-    }
+def _tool_limits(parser: _OneLineParser, args: argparse.Namespace) -> ToolLimits:
+    # Checked before any store is opened, so a bad limit creates nothing.
     try:
-        # Checked before any store is opened, so a bad limit creates nothing.
-        memory_tools(InProcessMemory(), scope="launch-check", end_user_id="launch-check", **limits)
+        return ToolLimits(args.max_facts, args.max_fact_length, args.max_prompt_chars)
     except (TypeError, ValueError) as error:
         parser.error(f"a limit is refused: {error}")
-    return limits
 
 
-async def _with_store(
-    parser: _Parser, url: str, serve: Callable[[MemoryStore], Awaitable[None]]
+async def _serve_store(
+    parser: _OneLineParser, url: str, serve: Callable[[MemoryStore], Awaitable[None]]
 ) -> int:
 
     async with contextlib.AsyncExitStack() as stack:
@@ -316,7 +310,7 @@ async def _with_store(
             # (a driver's, the file system's) are named by type only.
             shown = str(error) if isinstance(error, MemoryStoreError | StoreBackendError) else ""
             reason = f"{type(error).__name__}: {shown}" if shown else type(error).__name__
-            print(f"{_PROG}: error: the store cannot be opened ({reason})", file=sys.stderr)
+            print(f"{_PROGRAM}: error: the store cannot be opened ({reason})", file=sys.stderr)
             return 1
         # Leaving the stack closes the store: shutdown never leaves it open.
         await serve(memory)

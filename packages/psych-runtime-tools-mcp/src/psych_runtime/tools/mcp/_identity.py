@@ -6,8 +6,8 @@ import hashlib
 
 from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.auth.provider import AccessToken
-from psych_runtime.memory.port import InvalidKeyError, MemoryStore, validate_key_part
-from psych_runtime.tools.builtins import MemoryTools, memory_tools
+from psych_runtime.memory.port import InvalidKeyError, MemoryStore, memory_key, validate_key_part
+from psych_runtime.tools.builtins import MemoryTools, ToolLimits
 
 from ._server import Binder, IdentityError
 
@@ -61,7 +61,7 @@ def token_binder(
     *,
     tenant: str | None,
     tenant_claim: str | None,
-    limits: dict[str, int | None],
+    limits: ToolLimits,
 ) -> Binder:
     """Bind each request to the end user of its verified access token.
 
@@ -69,7 +69,7 @@ def token_binder(
         memory: The store.
         tenant: The tenant of every user, or ``None`` to read ``tenant_claim``.
         tenant_claim: The claim holding the tenant, when ``tenant`` is ``None``.
-        limits: Keyword limits for `memory_tools`.
+        limits: The limits of every user's tools.
 
     Returns:
         The binder; it raises `IdentityError` when the request has no
@@ -84,8 +84,9 @@ def token_binder(
         if not isinstance(scope, str):
             raise IdentityError("the access token names no tenant")
         try:
-            return memory_tools(memory, scope=scope, end_user_id=end_user_id_of(token), **limits)
+            key = memory_key(scope, end_user_id_of(token))
         except InvalidKeyError:
             raise IdentityError("the access token gives no valid tenant and end user") from None
+        return MemoryTools(memory, key, limits=limits)
 
     return bind

@@ -4,7 +4,8 @@ Bind a store to one tenant and end user with `memory_tools`, give the model
 `MemoryTools.specs` in its provider's shape (`ToolSpec.as_anthropic`,
 `ToolSpec.as_openai`, `ToolSpec.as_gemini`), run each tool call it makes
 with `MemoryTools.call`, and put `MemoryTools.prompt` (or `render_memories`)
-into the system prompt so the model sees the facts and their ids.
+into the system prompt so the model sees the facts and their ids. The
+limits of the tools are keywords of `memory_tools`, or one `ToolLimits`.
 
 The tenant and the end user are the application's choice, made once when the
 tools are bound; the model never names them.
@@ -16,6 +17,12 @@ of a refused call: `check_arguments`, `check_content`, `memory_full`,
 
 # First: refuses, in one clear message, the one layout where nothing can work.
 from . import _beside as _beside
+from ._limits import (
+    DEFAULT_MAX_FACT_LENGTH,
+    DEFAULT_MAX_FACTS,
+    DEFAULT_MAX_PROMPT_CHARS,
+    ToolLimits,
+)
 from ._refusals import (
     KEY_ARGUMENTS,
     RefusedCallError,
@@ -27,9 +34,6 @@ from ._refusals import (
 from ._render import MIN_PROMPT_CHARS, render_memories
 from ._spec import ToolResult, ToolSpec
 from ._tools import (
-    DEFAULT_MAX_FACT_LENGTH,
-    DEFAULT_MAX_FACTS,
-    DEFAULT_MAX_PROMPT_CHARS,
     FORGET,
     REMEMBER,
     MemoryTools,
@@ -48,6 +52,7 @@ __all__ = [
     "REMEMBER",
     "MemoryTools",
     "RefusedCallError",
+    "ToolLimits",
     "ToolResult",
     "ToolSpec",
     "UnknownToolError",

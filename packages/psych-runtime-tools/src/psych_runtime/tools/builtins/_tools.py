@@ -7,7 +7,6 @@ from collections.abc import Iterable
 from typing import Final, cast
 
 from psych_runtime.memory.port import (
-    MAX_CONTENT_LENGTH,
     MemoryKey,
     MemoryStore,
     Scope,
@@ -15,30 +14,24 @@ from psych_runtime.memory.port import (
     validate_memory_id,
 )
 
+from ._limits import (
+    DEFAULT_MAX_FACT_LENGTH,
+    DEFAULT_MAX_FACTS,
+    DEFAULT_MAX_PROMPT_CHARS,
+    ToolLimits,
+)
 from ._loop_lock import LoopLock
 from ._refusals import RefusedCallError, check_arguments, check_content, memory_full, refusal
 from ._render import check_budget, render_memories
 from ._spec import ToolResult, ToolSpec
 
 __all__ = [
-    "DEFAULT_MAX_FACTS",
-    "DEFAULT_MAX_FACT_LENGTH",
-    "DEFAULT_MAX_PROMPT_CHARS",
     "FORGET",
     "REMEMBER",
     "MemoryTools",
     "UnknownToolError",
     "memory_tools",
 ]
-
-DEFAULT_MAX_FACTS: Final = 50
-"""How many facts one end user may hold through the tools, unless bound otherwise."""
-
-DEFAULT_MAX_FACT_LENGTH: Final = 300
-"""How many characters one fact may have through the tools, unless bound otherwise."""
-
-DEFAULT_MAX_PROMPT_CHARS: Final = 20_000
-"""How many characters `MemoryTools.prompt` may return, unless bound otherwise."""
 
 
 def _remember_spec(max_fact_length: int) -> ToolSpec:
@@ -101,6 +94,9 @@ FORGET: Final = ToolSpec(
 )
 """The spec of the ``forget`` tool."""
 
+# What the three limit keywords hold when left alone: with ``limits`` they must be.
+_DEFAULT_LIMITS: Final = (DEFAULT_MAX_FACTS, DEFAULT_MAX_FACT_LENGTH, DEFAULT_MAX_PROMPT_CHARS)
+
 # An unknown tool name is the application's routing bug, reported to the
 # application (not the model); a bounded prefix is enough to find it.
 _SHOWN_NAME_LENGTH: Final = 40
@@ -120,7 +116,7 @@ class UnknownToolError(LookupError):
 
     def __init__(self, name: str) -> None:
         super().__init__(
-            f"no memory tool named {_shown(name)}; the memory tools are "
+            f"no memory tool named {_shown_name(name)}; the memory tools are "
             f"{REMEMBER.name!r} and {FORGET.name!r}"
         )
         self.name = name
@@ -133,21 +129,14 @@ class MemoryTools:
     the application; no schema mentions them and a call that passes them is
     refused, so a model can never read or write another user's facts.
 
-    The limits (``max_facts``, ``max_fact_length``, ``max_prompt_chars``)
-    are those of `memory_tools`, checked the same way.
+    The limits are those of `memory_tools` (``max_facts``,
+    ``max_fact_length``, ``max_prompt_chars``), checked the same way, or
+    one `ToolLimits` already checked, as ``limits``.
     """
 
-    __slots__ = (
-        "_key",
-        "_lock",
-        "_max_fact_length",
-        "_max_facts",
-        "_max_prompt_chars",
-        "_memory",
-        "_remember",
-    )
+    __slots__ = ("_key", "_limits", "_lock", "_memory", "_remember")
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - the limits are keyword-only options
         self,
         memory: MemoryStore,
         key: MemoryKey,
@@ -155,24 +144,36 @@ class MemoryTools:
         max_facts: int | None = DEFAULT_MAX_FACTS,
         max_fact_length: int | None = DEFAULT_MAX_FACT_LENGTH,
         max_prompt_chars: int | None = DEFAULT_MAX_PROMPT_CHARS,
+        limits: ToolLimits | None = None,
     ) -> None:
         """Bind ``memory`` to ``key``; `memory_tools` builds the key from call-site arguments.
 
+        ``limits``, when given, replaces the three limit keywords, which
+        must then keep their defaults.
+
         Raises:
             TypeError: ``memory`` is not a `MemoryStore`, ``key`` is not a
-                `MemoryKey`, or a limit is neither ``None`` nor an `int`.
-            ValueError: A limit is out of range (see `memory_tools`).
+                `MemoryKey`, ``limits`` is not a `ToolLimits` or is given
+                beside another limit, or a limit is neither ``None`` nor an
+                `int`.
+            ValueError: A limit is out of range (see `ToolLimits`).
         """
         if not isinstance(memory, MemoryStore):
             raise TypeError(f"memory must be a MemoryStore, not {type(memory).__qualname__}")
         if not isinstance(key, MemoryKey):
             raise TypeError(f"key must be a MemoryKey, not {type(key).__qualname__}")
+        if limits is None:
+            limits = ToolLimits(max_facts, max_fact_length, max_prompt_chars)
+        elif not isinstance(limits, ToolLimits):
+            raise TypeError(f"limits must be a ToolLimits, not {type(limits).__qualname__}")
+        elif (max_facts, max_fact_length, max_prompt_chars) != _DEFAULT_LIMITS:
+            raise TypeError(
+                "give either limits or max_facts, max_fact_length and max_prompt_chars, not both"
+            )
         self._memory = memory
         self._key = key
-        self._max_facts = _limit(max_facts, "max_facts", None)
-        self._max_fact_length = _limit(max_fact_length, "max_fact_length", MAX_CONTENT_LENGTH)
-        self._max_prompt_chars = check_budget(max_prompt_chars, "max_prompt_chars")
-        length = MAX_CONTENT_LENGTH if self._max_fact_length is None else self._max_fact_length
+        self._limits = limits
+        length = limits.fact_length
         self._remember = REMEMBER if length == DEFAULT_MAX_FACT_LENGTH else _remember_spec(length)
         # Counting and adding must be one step for the tasks of this toolset.
         self._lock = LoopLock()
@@ -188,19 +189,24 @@ class MemoryTools:
         return self._memory
 
     @property
+    def limits(self) -> ToolLimits:
+        """The limits these tools keep."""
+        return self._limits
+
+    @property
     def max_facts(self) -> int | None:
         """The most facts the end user may hold before ``remember`` refuses; ``None``: no cap."""
-        return self._max_facts
+        return self._limits.max_facts
 
     @property
     def max_fact_length(self) -> int | None:
         """The most characters of one fact; ``None``: the port's `MAX_CONTENT_LENGTH`."""
-        return self._max_fact_length
+        return self._limits.max_fact_length
 
     @property
     def max_prompt_chars(self) -> int | None:
         """The most characters `prompt` returns by default; ``None``: no budget."""
-        return self._max_prompt_chars
+        return self._limits.max_prompt_chars
 
     @property
     def specs(self) -> tuple[ToolSpec, ToolSpec]:
@@ -278,7 +284,7 @@ class MemoryTools:
             InvalidContentError: An item of ``fixed`` breaks a content rule.
             Exception: Whatever the store's `recall` raises propagates.
         """
-        budget = self._max_prompt_chars if max_chars is None else max_chars
+        budget = self._limits.max_prompt_chars if max_chars is None else max_chars
         check_budget(budget, "max_chars")
         recalled = await self._memory.recall(self._key.tenant, self._key.end_user_id)
         return render_memories(recalled, fixed, max_chars=budget)
@@ -288,19 +294,20 @@ class MemoryTools:
         try:
             # The schema declares a string, so the check has made it one.
             value = cast("str", check_arguments(spec, arguments)["content"])
-            content = check_content(value, self._max_fact_length)
+            content = check_content(value, self._limits.max_fact_length)
         except RefusedCallError as refused:
             return refusal(spec.name, refused.reason)
         key = self._key
-        if self._max_facts is None:
+        max_facts = self._limits.max_facts
+        if max_facts is None:
             memory = await self._memory.remember(key.tenant, key.end_user_id, content)
-            return _ok({"remembered": True, "id": memory.id})
+            return _success({"remembered": True, "id": memory.id})
         async with self._lock():
-            held = await self._memory.recall(key.tenant, key.end_user_id, limit=self._max_facts)
-            if len(held) >= self._max_facts:
-                return refusal(spec.name, memory_full(self._max_facts))
+            held = await self._memory.recall(key.tenant, key.end_user_id, limit=max_facts)
+            if len(held) >= max_facts:
+                return refusal(spec.name, memory_full(max_facts))
             memory = await self._memory.remember(key.tenant, key.end_user_id, content)
-        return _ok({"remembered": True, "id": memory.id})
+        return _success({"remembered": True, "id": memory.id})
 
     async def _call_forget(self, arguments: object) -> ToolResult:
         try:
@@ -309,8 +316,8 @@ class MemoryTools:
             return refusal(FORGET.name, refused.reason)
         key = self._key
         if await self._memory.forget(key.tenant, key.end_user_id, validate_memory_id(memory_id)):
-            return _ok({"forgotten": True})
-        return _ok(
+            return _success({"forgotten": True})
+        return _success(
             {
                 "forgotten": False,
                 "reason": "no saved fact of this user has that id; it may already be gone",
@@ -333,21 +340,20 @@ def memory_tools(  # noqa: PLR0913 - the limits are keyword-only options
     fails when the application wires the tools and never in front of the
     model. Both ``scope`` and ``end_user_id`` are required and have no
     default: a default end user would quietly put every user's facts in one
-    bucket.
+    bucket. Limits held as one `ToolLimits` bind the same way with
+    ``MemoryTools(memory, memory_key(scope, end_user_id), limits=limits)``.
 
     Args:
         memory: Any `MemoryStore`.
         scope: The tenant, as a `str` or an object with a `str` ``tenant``
             (the runtime's scope object).
         end_user_id: The end user the model is talking to.
-        max_facts: The most facts the end user may hold: ``remember``
-            refuses, storing and evicting nothing, when they already hold
-            this many. An int >= 1, or ``None`` for no cap.
+        max_facts: The most facts the end user may hold, as `ToolLimits`
+            says: an int >= 1, or ``None`` for no cap.
         max_fact_length: The most characters of one fact through the tools,
-            1 to the port's `MAX_CONTENT_LENGTH`, or ``None`` for the port's
-            limit alone. ``remember``'s spec states it to the model.
+            as `ToolLimits` says. ``remember``'s spec states it to the model.
         max_prompt_chars: The budget of `MemoryTools.prompt` in characters,
-            at least `MIN_PROMPT_CHARS`, or ``None`` for no budget.
+            as `ToolLimits` says.
 
     Returns:
         The bound tools.
@@ -371,23 +377,11 @@ def memory_tools(  # noqa: PLR0913 - the limits are keyword-only options
     )
 
 
-def _limit(value: object, argument: str, most: int | None) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{argument} must be None or an int, not {type(value).__qualname__}")
-    if value < 1:
-        raise ValueError(f"{argument} must be None or at least 1 (got {value})")
-    if most is not None and value > most:
-        raise ValueError(f"{argument} must be None or at most {most} (got {value})")
-    return int(value)
-
-
-def _ok(payload: dict[str, object]) -> ToolResult:
+def _success(payload: dict[str, object]) -> ToolResult:
     return ToolResult(json.dumps(payload, separators=(",", ":")), is_error=False)
 
 
-def _shown(name: str) -> str:
+def _shown_name(name: str) -> str:
     if len(name) > _SHOWN_NAME_LENGTH:
         return repr(name[:_SHOWN_NAME_LENGTH]) + "..."
     return repr(name)
