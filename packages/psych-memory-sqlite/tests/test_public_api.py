@@ -17,6 +17,7 @@ from psych_runtime.memory.sqlite import (
     SchemaVersionError,
     SqliteMemory,
     SqliteMemoryError,
+    StoreUnavailableError,
 )
 
 
@@ -31,6 +32,7 @@ def test_all_is_exactly_the_public_api() -> None:
             "SchemaVersionError",
             "SqliteMemory",
             "SqliteMemoryError",
+            "StoreUnavailableError",
             "open_url",
         ]
     )
@@ -71,8 +73,23 @@ def test_errors_are_the_ports_store_failures() -> None:
     assert issubclass(SchemaVersionError, port.SchemaVersionError)
     assert issubclass(DatabaseUnavailableError, port.StoreUnavailableError)
     assert issubclass(DatabaseFileMovedError, DatabaseUnavailableError)
+    # The 0.1 name is the same class, not a subclass.
+    assert DatabaseUnavailableError is StoreUnavailableError
+    assert StoreUnavailableError.__name__ == "StoreUnavailableError"
     # Operational trouble with the file is not bad input to the port.
     assert not issubclass(SqliteMemoryError, ValueError)
+
+
+def test_provides_every_capability_of_the_port() -> None:
+    store = SqliteMemory("unopened.sqlite3")
+    for capability in (
+        port.ListsEndUsers,
+        port.CountsFacts,
+        port.PagesFacts,
+        port.RestoresFacts,
+        port.ScrubsDeletions,
+    ):
+        assert isinstance(store, capability), capability.__name__
 
 
 def test_open_url_is_registered_as_the_sqlite_scheme() -> None:

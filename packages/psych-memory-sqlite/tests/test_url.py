@@ -7,7 +7,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from psych_runtime.memory.sqlite import SqliteMemory, open_url
+from psych_runtime.memory.sqlite import DatabaseFileError, SqliteMemory, open_url
 
 pytestmark = pytest.mark.anyio
 
@@ -93,3 +93,23 @@ def test_the_url_is_checked_when_open_url_is_called(tmp_path: Path) -> None:
     # No event loop is needed to find out that a URL is bad.
     with pytest.raises(ValueError, match="host"):
         open_url("sqlite://host/x")
+
+
+async def test_without_create_a_missing_file_is_refused_and_not_created(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    for url in ("sqlite:///nothere.db", "sqlite:///missing/x.db"):
+        with pytest.raises(DatabaseFileError, match="names a SQLite file that does not exist"):
+            async with open_url(url, create=False):
+                pytest.fail("a missing file was opened")
+    assert [p async for p in anyio.Path(tmp_path).iterdir()] == []
+    async with open_url("sqlite:///there.db") as created:
+        fact = await created.remember("acme", "user-1", "fact")
+    async with open_url("sqlite:///there.db", create=False) as memory:
+        assert await memory.recall("acme", "user-1") == (fact,)
+
+
+def test_create_must_be_a_bool() -> None:
+    with pytest.raises(TypeError, match="create must be a bool, not int"):
+        open_url("sqlite:///memory.sqlite3", create=1)  # type: ignore[arg-type]

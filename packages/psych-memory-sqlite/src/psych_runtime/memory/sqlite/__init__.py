@@ -13,6 +13,7 @@ from ._errors import (
     DatabaseUnavailableError,
     SchemaVersionError,
     SqliteMemoryError,
+    StoreUnavailableError,
 )
 from ._memory import Durability, SqliteMemory
 from ._schema import SCHEMA_VERSION
@@ -28,5 +29,6 @@ __all__ = [
     "SchemaVersionError",
     "SqliteMemory",
     "SqliteMemoryError",
+    "StoreUnavailableError",
     "open_url",
 ]

@@ -11,8 +11,11 @@ catch it::
      └── SqliteMemoryError
           ├── DatabaseFileError          not SQLite, corrupt, another application's, damaged
           ├── SchemaVersionError         also the port's SchemaVersionError
-          └── DatabaseUnavailableError   also the port's StoreUnavailableError
+          └── StoreUnavailableError      also the port's StoreUnavailableError
                └── DatabaseFileMovedError  the path no longer names the file opened
+
+`DatabaseUnavailableError`, the name of `StoreUnavailableError` in 0.1, is the
+same class.
 
 A ``sqlite3`` exception never reaches the caller bare: it is the
 ``__cause__`` of one of these. Messages name the operation, the file and the
@@ -22,8 +25,9 @@ attributes.
 
 from __future__ import annotations
 
-from psych_runtime.memory.port import MemoryStoreError, StoreUnavailableError
+from psych_runtime.memory.port import MemoryStoreError
 from psych_runtime.memory.port import SchemaVersionError as PortSchemaVersionError
+from psych_runtime.memory.port import StoreUnavailableError as PortStoreUnavailableError
 
 __all__ = [
     "DatabaseFileError",
@@ -31,6 +35,7 @@ __all__ = [
     "DatabaseUnavailableError",
     "SchemaVersionError",
     "SqliteMemoryError",
+    "StoreUnavailableError",
 ]
 
 
@@ -56,7 +61,7 @@ class SchemaVersionError(SqliteMemoryError, PortSchemaVersionError):
     """
 
 
-class DatabaseUnavailableError(SqliteMemoryError, StoreUnavailableError):
+class StoreUnavailableError(SqliteMemoryError, PortStoreUnavailableError):
     """The file could not be used in time, or SQLite failed to read or write it.
 
     The most common case: another connection (in this or another process)
@@ -69,7 +74,11 @@ class DatabaseUnavailableError(SqliteMemoryError, StoreUnavailableError):
     """
 
 
-class DatabaseFileMovedError(DatabaseUnavailableError):
+DatabaseUnavailableError = StoreUnavailableError
+"""The name of `StoreUnavailableError` in 0.1: the same class, kept importable."""
+
+
+class DatabaseFileMovedError(StoreUnavailableError):
     """The path no longer names the file the store opened: it was deleted or replaced.
 
     Writing on would put facts into a file nobody can open again (or report

@@ -6,7 +6,7 @@ import sqlite3
 from pathlib import Path
 from typing import Final
 
-from ._errors import DatabaseFileError, DatabaseUnavailableError, SqliteMemoryError
+from ._errors import DatabaseFileError, SqliteMemoryError, StoreUnavailableError
 
 __all__ = ["is_busy", "store_failure"]
 
@@ -42,7 +42,7 @@ def store_failure(
     """
     name = getattr(error, "sqlite_errorname", None) or type(error).__name__
     if is_busy(error):
-        return DatabaseUnavailableError(
+        return StoreUnavailableError(
             operation,
             f"another connection kept {path} locked for longer than the busy timeout "
             f"of {busy_timeout:g} s",
@@ -52,7 +52,7 @@ def store_failure(
         return DatabaseFileError(
             f"{operation} failed: {path} is not a SQLite database, or is corrupt ({name})"
         )
-    return DatabaseUnavailableError(
+    return StoreUnavailableError(
         operation,
         f"SQLite could not use {path} ({name})",
         may_have_taken_effect=may_have_taken_effect,

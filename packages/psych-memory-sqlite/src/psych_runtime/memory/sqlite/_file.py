@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 import errno
-import math
 import os
 from pathlib import Path
 from typing import Final, NamedTuple
 
-__all__ = ["FileIdentity", "check_busy_timeout", "check_location", "check_path", "identify"]
+from psych_runtime.memory.port import validate_seconds
+
+__all__ = [
+    "BUSY_TIMEOUT_RULE",
+    "FileIdentity",
+    "check_busy_timeout",
+    "check_location",
+    "check_path",
+    "identify",
+]
+
+BUSY_TIMEOUT_RULE: Final = "{name} must be a finite number of seconds >= 0"
+"""What a busy timeout may be, for the argument and for the URL's option."""
 
 _NOT_UTF8: Final = "path must be valid UTF-8 (its name holds bytes that are not), as SQLite needs"
 
@@ -66,17 +77,19 @@ def check_path(path: object) -> Path:
 def check_busy_timeout(busy_timeout: object) -> float:
     """Check the ``busy_timeout`` argument and return it as a `float`.
 
+    The port's seconds (see `validate_seconds`), or zero: SQLite then gives
+    up at once when another connection holds the file.
+
     Raises:
         TypeError: It is not a number (a `bool` included).
         ValueError: It is negative or not finite.
     """
-    if isinstance(busy_timeout, bool) or not isinstance(busy_timeout, int | float):
-        raise TypeError(
-            f"busy_timeout must be a number of seconds, not {type(busy_timeout).__qualname__}"
-        )
-    if not math.isfinite(busy_timeout) or busy_timeout < 0:
-        raise ValueError("busy_timeout must be a finite number of seconds >= 0")
-    return float(busy_timeout)
+    if isinstance(busy_timeout, int | float) and busy_timeout == 0 and busy_timeout is not False:
+        return 0.0
+    try:
+        return validate_seconds(busy_timeout, "busy_timeout")
+    except ValueError:
+        raise ValueError(BUSY_TIMEOUT_RULE.format(name="busy_timeout")) from None
 
 
 def check_location(path: Path) -> None:

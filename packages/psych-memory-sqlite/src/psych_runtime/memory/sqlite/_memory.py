@@ -20,10 +20,13 @@ from psych_runtime.memory.port import (
     Memory,
     MemoryKey,
     MemoryStore,
+    RestorePlan,
     Scope,
     StalePageError,
     StoreClosedError,
+    bounded_limit,
     memory_key,
+    new_memory_id,
     validate_content,
     validate_limit,
     validate_memory_id,
@@ -31,10 +34,11 @@ from psych_runtime.memory.port import (
     validate_restored,
     validate_restored_id,
     validate_restored_many,
+    validate_scope,
 )
 
 from ._connection import connect, prepare
-from ._errors import DatabaseFileMovedError, DatabaseUnavailableError, SqliteMemoryError
+from ._errors import DatabaseFileMovedError, SqliteMemoryError, StoreUnavailableError
 from ._failures import store_failure
 from ._file import FileIdentity, check_busy_timeout, check_location, check_path, identify
 from ._scrub import ScrubState, rewrite_file, truncate_log_at_once
@@ -51,8 +55,6 @@ _T = TypeVar("_T")
 
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND: Final = timedelta(microseconds=1)
-# SQLite integers are signed 64-bit; a larger limit means "all of them" anyway.
-_MAX_SQL_LIMIT: Final = 2**63 - 1
 
 # The new fact's position is computed in the same statement that inserts it,
 # under the write lock, so concurrent writers (other processes included)
@@ -144,8 +146,17 @@ class SqliteMemory(MemoryStore):
     rows between pages go when the file is rewritten, by `scrub` or at
     close (see `scrub_pending`).
 
+    Every method raises what the port's does for bad arguments and for a
+    store that is not open (`StoreClosedError`). The file's own failures are
+    `SqliteMemoryError`: `DatabaseFileMovedError` (the file was deleted or
+    replaced since opening), `StoreUnavailableError` (the file stayed locked
+    past the busy timeout, or SQLite failed) and `DatabaseFileError` (the
+    file turned out to be corrupt). A call that raises one changed nothing,
+    unless ``may_have_taken_effect`` says otherwise (a commit that failed, or
+    an `erase` in batches).
+
     Every call waits at most ``busy_timeout`` for other connections to
-    release the file, then raises `DatabaseUnavailableError` (the port's
+    release the file, then raises `StoreUnavailableError` (a subclass of the port's
     `StoreUnavailableError`). A call that has started in its worker thread
     always finishes there, even when the caller's cancel scope expires: its
     effect is decided (made or not) before the cancellation reaches the
@@ -156,7 +167,7 @@ class SqliteMemory(MemoryStore):
     between them (see `erase`); every other call is one transaction.
 
     The store also provides the port's `ListsEndUsers`, `CountsFacts`,
-    `PagesFacts` and `RestoresFacts` capabilities.
+    `PagesFacts`, `RestoresFacts` and `ScrubsDeletions` capabilities.
 
     Args:
         path: The database file. It is created at open if missing; its
@@ -265,7 +276,7 @@ class SqliteMemory(MemoryStore):
                 is a database of another application, or is marked as a
                 memory file but lacks its table. The file is left unchanged.
             SchemaVersionError: The file was written by a newer schema version.
-            DatabaseUnavailableError: The file stayed locked past the busy
+            StoreUnavailableError: The file stayed locked past the busy
                 timeout, or SQLite failed otherwise.
             SqliteMemoryError: SQLite cannot keep a write-ahead log for the file.
         """
@@ -318,33 +329,25 @@ class SqliteMemory(MemoryStore):
         return self
 
     async def remember(self, scope: Scope, end_user_id: str, content: str) -> Memory:
-        """Store a new fact, as `MemoryStore.remember`; it is on disk when this returns.
+        """Store a new fact (see `MemoryStore.remember`); it is on disk when this returns.
 
         Raises:
-            TypeError: An argument has the wrong type.
-            InvalidKeyError: The tenant or end-user id breaks a key rule.
-            InvalidContentError: The content breaks a content rule.
-            StoreClosedError: The store is not open, or was closed.
-            DatabaseFileMovedError: The file was deleted or replaced since
-                opening; nothing was stored.
-            DatabaseUnavailableError: The file stayed locked past the busy
-                timeout, or SQLite failed; ``may_have_taken_effect`` says
-                whether the fact may be stored all the same.
-            DatabaseFileError: The file turned out to be corrupt; nothing was stored.
+            SqliteMemoryError: The file failed, as for every call (see `SqliteMemory`).
         """
         key = memory_key(scope, end_user_id)
         content = validate_content(content)
 
         def insert(conn: sqlite3.Connection) -> Memory:
-            # 128 random bits, as the in-process adapter uses.
-            memory = Memory(os.urandom(16).hex(), key, content, datetime.now(UTC))
+            memory = Memory(new_memory_id(), key, content, datetime.now(UTC))
             self._insert(conn, memory)
             return memory
 
-        return await self._run("remember", lambda conn: self._written(conn, "remember", insert))
+        return await self._run(
+            "remember", lambda conn: self._write_and_empty_log(conn, "remember", insert)
+        )
 
     async def forget(self, scope: Scope, end_user_id: str, memory_id: str) -> bool:
-        """Delete one fact, as `MemoryStore.forget`, and wipe its bytes from the files.
+        """Delete one fact (see `MemoryStore.forget`) and wipe its bytes from the files.
 
         Returns as soon as the deletion is committed and the row zeroed;
         the write-ahead log is emptied as soon as other connections allow,
@@ -353,15 +356,7 @@ class SqliteMemory(MemoryStore):
         `validate_restored_id`) answers ``False`` without touching the file.
 
         Raises:
-            TypeError: An argument has the wrong type.
-            InvalidKeyError: The tenant or end-user id breaks a key rule.
-            StoreClosedError: The store is not open, or was closed.
-            DatabaseFileMovedError: The file was deleted or replaced since
-                opening; nothing was deleted.
-            DatabaseUnavailableError: The file stayed locked past the busy
-                timeout, or SQLite failed; ``may_have_taken_effect`` says
-                whether the fact may be deleted all the same.
-            DatabaseFileError: The file turned out to be corrupt; nothing was deleted.
+            SqliteMemoryError: The file failed, as for every call (see `SqliteMemory`).
         """
         key = memory_key(scope, end_user_id)
         memory_id = validate_memory_id(memory_id)
@@ -386,20 +381,13 @@ class SqliteMemory(MemoryStore):
     async def recall(
         self, scope: Scope, end_user_id: str, *, limit: int | None = None
     ) -> tuple[Memory, ...]:
-        """Return the facts of this end user oldest first, as `MemoryStore.recall`.
+        """Return the facts of this end user oldest first; see `MemoryStore.recall`.
 
         Raises:
-            TypeError: An argument has the wrong type (a `bool` limit included).
-            InvalidKeyError: The tenant or end-user id breaks a key rule.
-            InvalidLimitError: ``limit`` is negative.
-            StoreClosedError: The store is not open, or was closed.
-            DatabaseFileMovedError: The file was deleted or replaced since opening.
-            DatabaseUnavailableError: SQLite failed (reading changes nothing).
-            DatabaseFileError: The file turned out to be corrupt.
+            SqliteMemoryError: The file failed, as for every call (see `SqliteMemory`).
         """
         key = memory_key(scope, end_user_id)
-        checked = validate_limit(limit)
-        sql_limit = _MAX_SQL_LIMIT if checked is None else min(checked, _MAX_SQL_LIMIT)
+        sql_limit = bounded_limit(validate_limit(limit))
 
         def select(conn: sqlite3.Connection) -> tuple[Memory, ...]:
             rows = conn.execute(_SELECT, (key.tenant, key.end_user_id, sql_limit)).fetchall()
@@ -410,23 +398,14 @@ class SqliteMemory(MemoryStore):
     async def recall_page(
         self, scope: Scope, end_user_id: str, *, after: str | None = None, size: int
     ) -> tuple[Memory, ...]:
-        """Up to ``size`` facts of the key, oldest first, after the fact ``after`` (`PagesFacts`).
+        """Up to ``size`` facts of the key after the fact ``after``; see `PagesFacts.recall_page`.
 
         Each page is one short read: ``after`` is found through the index on
         ids, and the page follows it in the key's order, so a page costs the
         same wherever it starts and however large the key or the file.
 
         Raises:
-            TypeError: An argument has the wrong type.
-            InvalidKeyError: The tenant or end-user id breaks a key rule.
-            InvalidInputError: ``size`` is not between 1 and `MAX_PAGE_SIZE`.
-            StalePageError: The key holds no fact with the id ``after``
-                (forgotten or erased since it was read): read again from
-                ``after=None``.
-            StoreClosedError: The store is not open, or was closed.
-            DatabaseFileMovedError: The file was deleted or replaced since opening.
-            DatabaseUnavailableError: SQLite failed (reading changes nothing).
-            DatabaseFileError: The file turned out to be corrupt.
+            SqliteMemoryError: The file failed, as for every call (see `SqliteMemory`).
         """
         key = memory_key(scope, end_user_id)
         after, size = validate_page(after, size)
@@ -445,7 +424,7 @@ class SqliteMemory(MemoryStore):
         return await self._run("recall_page", lambda conn: self._read(conn, "recall_page", select))
 
     async def erase(self, scope: Scope, end_user_id: str) -> int:
-        """Delete every fact of this end user, as `MemoryStore.erase`, and wipe their bytes.
+        """Delete every fact of this end user (see `MemoryStore.erase`) and wipe their bytes.
 
         Returns as soon as the deletion is committed and the rows zeroed;
         the write-ahead log is emptied as soon as other connections allow,
@@ -476,14 +455,11 @@ class SqliteMemory(MemoryStore):
         thread deletes every batch, as for any call.
 
         Raises:
-            TypeError: An argument has the wrong type.
-            InvalidKeyError: The tenant or end-user id breaks a key rule.
-            StoreClosedError: The store is not open, or was closed.
             DatabaseFileMovedError: The file was deleted or replaced since
                 opening. Nothing was deleted, unless ``may_have_taken_effect``
                 (a batch had committed before; erase again for the rest,
                 once the file is back).
-            DatabaseUnavailableError: The file stayed locked past the busy
+            StoreUnavailableError: The file stayed locked past the busy
                 timeout, or SQLite failed; ``may_have_taken_effect`` says
                 whether facts may be deleted all the same. When batches had
                 committed before the failure, it is ``True`` and those facts
@@ -516,7 +492,7 @@ class SqliteMemory(MemoryStore):
         Raises:
             StoreClosedError: The store is not open, or was closed.
             DatabaseFileMovedError: The file was deleted or replaced since opening.
-            DatabaseUnavailableError: SQLite failed.
+            StoreUnavailableError: SQLite failed.
         """
         with self._state_lock:
             if self._state != "open":
@@ -524,13 +500,10 @@ class SqliteMemory(MemoryStore):
         return await anyio.to_thread.run_sync(self._scrub_now)
 
     async def tenants(self) -> tuple[str, ...]:
-        """Every tenant with at least one fact, sorted by code point (`ListsEndUsers`).
+        """Every tenant with at least one fact; see `ListsEndUsers.tenants`.
 
         Raises:
-            StoreClosedError: The store is not open, or was closed.
-            DatabaseFileMovedError: The file was deleted or replaced since opening.
-            DatabaseUnavailableError: SQLite failed.
-            DatabaseFileError: The file turned out to be corrupt.
+            SqliteMemoryError: The file failed, as for every call (see `SqliteMemory`).
         """
 
         def select(conn: sqlite3.Connection) -> tuple[str, ...]:
@@ -539,19 +512,12 @@ class SqliteMemory(MemoryStore):
         return await self._run("tenants", lambda conn: self._read(conn, "tenants", select))
 
     async def end_users(self, scope: Scope) -> tuple[str, ...]:
-        """Every end user of the tenant with a fact, sorted by code point (`ListsEndUsers`).
+        """Every end user of the tenant with a fact; see `ListsEndUsers.end_users`.
 
         Raises:
-            TypeError: ``scope`` has the wrong type.
-            InvalidKeyError: The tenant breaks a key rule.
-            StoreClosedError: The store is not open, or was closed.
-            DatabaseFileMovedError: The file was deleted or replaced since opening.
-            DatabaseUnavailableError: SQLite failed.
-            DatabaseFileError: The file turned out to be corrupt.
+            SqliteMemoryError: The file failed, as for every call (see `SqliteMemory`).
         """
-        # `memory_key` is the one place a scope becomes a tenant; any valid
-        # end-user id serves to call it.
-        tenant = memory_key(scope, "-").tenant
+        tenant = validate_scope(scope)
 
         def select(conn: sqlite3.Connection) -> tuple[str, ...]:
             rows = conn.execute(_END_USERS, (tenant,)).fetchall()
@@ -560,17 +526,14 @@ class SqliteMemory(MemoryStore):
         return await self._run("end_users", lambda conn: self._read(conn, "end_users", select))
 
     async def fact_counts(self, scope: Scope) -> dict[str, int]:
-        """How many facts each end user of the tenant holds, with one query (`CountsFacts`).
+        """How many facts each end user of the tenant holds; see `CountsFacts.fact_counts`.
+
+        One query, which counts without reading the facts.
 
         Raises:
-            TypeError: ``scope`` has the wrong type.
-            InvalidKeyError: The tenant breaks a key rule.
-            StoreClosedError: The store is not open, or was closed.
-            DatabaseFileMovedError: The file was deleted or replaced since opening.
-            DatabaseUnavailableError: SQLite failed.
-            DatabaseFileError: The file turned out to be corrupt.
+            SqliteMemoryError: The file failed, as for every call (see `SqliteMemory`).
         """
-        tenant = memory_key(scope, "-").tenant
+        tenant = validate_scope(scope)
 
         def select(conn: sqlite3.Connection) -> dict[str, int]:
             return dict(conn.execute(_COUNTS, (tenant,)).fetchall())
@@ -578,62 +541,33 @@ class SqliteMemory(MemoryStore):
         return await self._run("fact_counts", lambda conn: self._read(conn, "fact_counts", select))
 
     async def restore(self, memory: Memory) -> bool:
-        """Store ``memory`` exactly as given, after its key's facts (`RestoresFacts`).
-
-        The id and ``created_at`` are kept, so facts restored in a key's order
-        keep that order.
-
-        Returns:
-            ``True`` if the fact was stored; ``False`` if its key already
-            holds a fact with that id, content and ``created_at``.
+        """Store ``memory`` exactly as given, after its key's facts; see `RestoresFacts.restore`.
 
         Raises:
-            TypeError: ``memory`` is not a `Memory`, its key is not a
-                `MemoryKey`, or its ``created_at`` is not a `datetime`.
-            InvalidContentError: The content breaks a content rule.
-            InvalidInputError: The id is not restorable, ``created_at`` has
-                no time zone, or the store holds a different fact with that
-                id. Nothing was stored.
-            StoreClosedError: The store is not open, or was closed.
-            DatabaseFileMovedError: The file was deleted or replaced since
-                opening; nothing was stored.
-            DatabaseUnavailableError: The file stayed locked past the busy
-                timeout, or SQLite failed; ``may_have_taken_effect`` says
-                whether the fact may be stored all the same.
-            DatabaseFileError: The file turned out to be corrupt; nothing was stored.
+            SqliteMemoryError: The file failed, as for every call (see `SqliteMemory`).
         """
-        put = _putting((validate_restored(memory),), batch=False)
-        return await self._run("restore", lambda conn: self._written(conn, "restore", put) == 1)
+        plan = RestorePlan((validate_restored(memory),), batch=False)
+        body = _restore_transaction(plan)
+        return await self._run(
+            "restore", lambda conn: self._write_and_empty_log(conn, "restore", body) == 1
+        )
 
     async def restore_many(self, memories: Iterable[Memory]) -> int:
-        """Store every fact as given, in order, all or none, in one transaction.
+        """Store every fact as given, in order, all or none; see `RestoresFacts.restore_many`.
 
-        See `RestoresFacts.restore_many`: facts held exactly are skipped.
-
-        Returns:
-            How many facts were stored.
+        The facts are written in one transaction.
 
         Raises:
-            TypeError: As `RestoresFacts.restore_many`.
-            InvalidContentError: As `RestoresFacts.restore_many`.
-            InvalidInputError: As `RestoresFacts.restore_many`; nothing was stored.
-            StoreClosedError: The store is not open, or was closed.
-            DatabaseFileMovedError: As `restore`.
-            DatabaseUnavailableError: As `restore`.
-            DatabaseFileError: As `restore`.
+            SqliteMemoryError: The file failed, as for every call (see `SqliteMemory`).
         """
-        put = _putting(validate_restored_many(memories), batch=True)
+        body = _restore_transaction(RestorePlan(validate_restored_many(memories), batch=True))
         return await self._run(
-            "restore_many", lambda conn: self._written(conn, "restore_many", put)
+            "restore_many", lambda conn: self._write_and_empty_log(conn, "restore_many", body)
         )
 
     @staticmethod
     def _insert(conn: sqlite3.Connection, memory: Memory) -> None:
-        micros = (memory.created_at - _EPOCH) // _MICROSECOND
-        tenant, end_user = memory.key.tenant, memory.key.end_user_id
-        conn.execute(
-            _INSERT, (tenant, end_user, memory.id, memory.content, micros, tenant, end_user)
-        )
+        conn.execute(_INSERT, _insert_parameters(memory))
 
     async def _run(self, operation: str, work: Callable[[sqlite3.Connection], _T]) -> _T:
         # Never abandoned on cancellation: the worker thread finishes the
@@ -766,9 +700,11 @@ class SqliteMemory(MemoryStore):
             raise self._failure(operation, exc, may_have_taken_effect=True) from exc
         return result
 
-    def _written(
+    def _write_and_empty_log(
         self, conn: sqlite3.Connection, operation: str, body: Callable[[sqlite3.Connection], _T]
     ) -> _T:
+        # A write call: one write transaction, then the log emptied if a
+        # deletion left bytes in it.
         result = self._write(conn, operation, body)
         self._retry_scrub(conn)
         return result
@@ -797,7 +733,7 @@ class SqliteMemory(MemoryStore):
         try:
             identity = identify(self._path)
         except OSError as exc:
-            raise DatabaseUnavailableError(
+            raise StoreUnavailableError(
                 operation,
                 f"the database file {self._path} cannot be looked at "
                 f"({errno.errorcode.get(exc.errno or 0, type(exc).__name__)})",
@@ -891,12 +827,12 @@ def _next_batch_rows(rows: int, took: float, target: float) -> int:
     return min(max(int(rows * factor), _FEWEST_BATCH_ROWS), _MOST_BATCH_ROWS)
 
 
-def _partly_erased(error: SqliteMemoryError, deleted: int) -> DatabaseUnavailableError:
+def _partly_erased(error: SqliteMemoryError, deleted: int) -> StoreUnavailableError:
     """The error of an erase that failed after ``deleted`` facts were committed deleted."""
     # A file found corrupt part-way is no longer a DatabaseFileError, whose
     # promise is that nothing was deleted.
-    unavailable = error if isinstance(error, DatabaseUnavailableError) else None
-    kind = DatabaseUnavailableError if unavailable is None else type(unavailable)
+    unavailable = error if isinstance(error, StoreUnavailableError) else None
+    kind = StoreUnavailableError if unavailable is None else type(unavailable)
     reason = "the file is corrupt" if unavailable is None else unavailable.reason
     return kind(
         "erase",
@@ -916,40 +852,36 @@ def _closed_state(state: str) -> str:
     return "not open" if state in ("new", "opening") else "closed"
 
 
-def _putting(memories: tuple[Memory, ...], *, batch: bool) -> Callable[[sqlite3.Connection], int]:
-    """The body of a transaction that stores ``memories``, skipping those held exactly."""
+def _restore_transaction(plan: RestorePlan) -> Callable[[sqlite3.Connection], int]:
+    """The body of the write transaction of a restore: store the facts the plan keeps."""
 
-    def put(conn: sqlite3.Connection) -> int:
+    def store(conn: sqlite3.Connection) -> int:
         # Every id is judged before anything is written: a refusal leaves
         # the transaction with nothing to roll back.
-        new: dict[str, tuple[str, str, str, int]] = {}
-        for index, memory in enumerate(memories):
-            key = memory.key
-            row = (
-                key.tenant,
-                key.end_user_id,
-                memory.content,
-                (memory.created_at - _EPOCH) // _MICROSECOND,
-            )
-            held = new.get(memory.id)
-            if held is None:
-                found = conn.execute(_SELECT_BY_ID, (memory.id,)).fetchone()
-                if found is None:
-                    new[memory.id] = row
-                    continue
-                held = tuple(found)
-            if held != row:
-                argument = f"memories[{index}].id" if batch else "memory.id"
-                raise InvalidInputError(
-                    argument, "is already the id of a different fact in this store"
-                )
-        conn.executemany(
-            _INSERT,
-            [
-                (tenant, end_user, memory_id, content, micros, tenant, end_user)
-                for memory_id, (tenant, end_user, content, micros) in new.items()
-            ],
-        )
-        return len(new)
+        held: dict[str, Memory] = {}
+        for memory in plan.facts:
+            found = conn.execute(_SELECT_BY_ID, (memory.id,)).fetchone()
+            if found is not None:
+                held[memory.id] = _held_fact(memory, found)
+        fresh = plan.to_store(held)
+        conn.executemany(_INSERT, [_insert_parameters(memory) for memory in fresh])
+        return len(fresh)
 
-    return put
+    return store
+
+
+def _insert_parameters(memory: Memory) -> tuple[str, str, str, str, int, str, str]:
+    """The parameters of `_INSERT` that store ``memory`` after its key's facts."""
+    tenant, end_user = memory.key.tenant, memory.key.end_user_id
+    micros = (memory.created_at - _EPOCH) // _MICROSECOND
+    return (tenant, end_user, memory.id, memory.content, micros, tenant, end_user)
+
+
+def _held_fact(restored: Memory, row: tuple[str, str, str, int]) -> Memory:
+    """The fact the file holds under the id of ``restored``, from its row."""
+    tenant, end_user, content, micros = row
+    key = restored.key
+    if (tenant, end_user) != (key.tenant, key.end_user_id):
+        # Stored under the port's rules, so it is a valid key.
+        key = MemoryKey(tenant, end_user)
+    return Memory(restored.id, key, content, _EPOCH + micros * _MICROSECOND)

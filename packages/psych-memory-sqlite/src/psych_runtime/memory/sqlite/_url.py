@@ -7,6 +7,10 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Final
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+import anyio
+
+from ._errors import DatabaseFileError
+from ._file import BUSY_TIMEOUT_RULE, check_busy_timeout
 from ._memory import Durability, SqliteMemory
 
 __all__ = ["open_url"]
@@ -15,7 +19,7 @@ _FORMS: Final = "sqlite:///relative/path or sqlite:////absolute/path"
 _OPTIONS: Final = ("busy_timeout", "durability")
 
 
-def open_url(url: str) -> AbstractAsyncContextManager[SqliteMemory]:
+def open_url(url: str, *, create: bool = True) -> AbstractAsyncContextManager[SqliteMemory]:
     """Open the store a ``sqlite:`` URL names; close it when the block exits.
 
     ``sqlite:///relative/path`` is taken from the working directory at the
@@ -26,22 +30,33 @@ def open_url(url: str) -> AbstractAsyncContextManager[SqliteMemory]:
 
     The whole URL is checked when this is called, before anything touches
     the disk. Opening then creates the file if it is missing and lays out or
-    migrates its schema (see `SqliteMemory.open`).
+    migrates its schema (see `SqliteMemory.open`). With ``create=False``, for
+    tools that only read or delete, a missing file is refused instead of
+    created: a mistyped path is then reported, not made into an empty store.
 
     Raises:
-        TypeError: ``url`` is not a `str`.
+        TypeError: ``url`` is not a `str`, or ``create`` not a `bool`.
         ValueError: The URL breaks a rule: another scheme, a host, user or
             password part, no path, a path naming a directory, a fragment, a
             malformed query, an unknown or repeated option, or a bad option
             value. The message names ``url`` and the rule, never the URL.
             Nothing was created.
+        DatabaseFileError: On entering, with ``create=False``: the URL names
+            no file.
     """
+    if not isinstance(create, bool):
+        raise TypeError(f"create must be a bool, not {type(create).__qualname__}")
     store = _store_from(url)
-    return _opened(store)
+    return _opened(store, create=create)
 
 
 @asynccontextmanager
-async def _opened(store: SqliteMemory) -> AsyncIterator[SqliteMemory]:
+async def _opened(store: SqliteMemory, *, create: bool) -> AsyncIterator[SqliteMemory]:
+    if not create and not await anyio.Path(store.path).exists():
+        raise DatabaseFileError(
+            f"open failed: {store.path} names a SQLite file that does not exist "
+            "(create=False creates none)"
+        )
     async with store:
         yield store
 
@@ -98,11 +113,9 @@ def _options(query: str) -> tuple[float, Durability]:
     busy_timeout = 5.0
     if "busy_timeout" in options:
         try:
-            busy_timeout = float(options["busy_timeout"])
+            busy_timeout = check_busy_timeout(float(options["busy_timeout"]))
         except ValueError:
-            busy_timeout = -1.0
-        if not 0 <= busy_timeout < float("inf"):
-            raise ValueError("url option busy_timeout must be a finite number of seconds >= 0")
+            raise ValueError(BUSY_TIMEOUT_RULE.format(name="url option busy_timeout")) from None
     durability: Durability = "full"
     if "durability" in options:
         level = options["durability"]
