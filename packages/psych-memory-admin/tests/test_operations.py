@@ -17,7 +17,7 @@ from psych_runtime.memory.admin._errors import (
     OperationRefusedError,
 )
 from psych_runtime.memory.admin._migrate import Progress, migrate
-from psych_runtime.memory.admin._requests import count_stored, erase_end_user
+from psych_runtime.memory.admin._operations import count_stored, erase_end_user
 from psych_runtime.memory.inproc import InProcessMemory
 from psych_runtime.memory.port import (
     InvalidInputError,

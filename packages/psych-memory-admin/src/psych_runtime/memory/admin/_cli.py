@@ -41,8 +41,7 @@ from ._errors import (
 from ._exit import CommandError, ExitCode
 from ._format import ExportFormatError, ExportReader, Layout, export_head, export_tail, utc_text
 from ._migrate import Migration, Progress, migrate
-from ._pages import count_facts
-from ._requests import (
+from ._operations import (
     IMPORT_BATCH,
     ErasureReceipt,
     count_stored,
@@ -50,6 +49,7 @@ from ._requests import (
     export_facts,
     import_facts,
 )
+from ._pages import count_facts
 from ._stores import lister
 from ._url import redact_url
 from ._version import __version__

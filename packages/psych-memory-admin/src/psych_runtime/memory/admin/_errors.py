@@ -1,4 +1,4 @@
-"""The errors of opening a store by URL.
+"""The errors of opening a store by URL, and of the operations on open stores.
 
 Two small families, on the standard library's bases. The URL cannot name a
 store (the caller's mistake)::

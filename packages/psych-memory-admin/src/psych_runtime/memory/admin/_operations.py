@@ -1,4 +1,4 @@
-"""The operator's requests on one open store: count, export, import and erase.
+"""The operations on one open store: count, export, import and erase.
 
 Each returns what it found or did and raises the operation errors of
 `_errors` (naming the store by its role, ``"store"``); the command line
