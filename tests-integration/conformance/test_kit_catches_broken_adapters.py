@@ -1,7 +1,8 @@
 """The kit fails every deliberately broken adapter, naming the broken rule.
 
 ``suite_broken_adapters.py`` runs the kit against the in-process adapter and
-against one variant per defect. It runs here in its own pytest process, as a
+against one variant per defect (the adapters of the conformance
+distribution's tests). It runs here in its own pytest process, as a
 backend author would run it, and the JUnit report of that run is read back:
 the correct adapter must pass every check on both event loops, and each
 broken one must fail a check of its rule with a message that quotes the rule.
@@ -9,6 +10,7 @@ broken one must fail a check of its rule with a message that quotes the rule.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -23,6 +25,9 @@ from psych_runtime.memory.conformance import RULES
 
 SUITE = Path(__file__).with_name("suite_broken_adapters.py")
 ROOT = Path(__file__).resolve().parents[2]
+# Where the broken adapters live, shared with the single checks of the kit's own tests.
+ADAPTERS = ROOT / "packages" / "psych-memory-conformance" / "tests"
+_PATH = os.environ.get("PYTHONPATH")
 
 # Each broken adapter, and the rules the kit must report it breaking.
 EXPECTED = {
@@ -87,6 +92,7 @@ def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Outcome]:
             f"--junitxml={report}",
         ],
         cwd=workdir,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ADAPTERS), _PATH]))},
         capture_output=True,
         text=True,
         timeout=600,

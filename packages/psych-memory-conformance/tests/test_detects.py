@@ -2,19 +2,23 @@
 
 The full proof (every rule, a pytest process of its own, the report read back)
 lives in ``tests-integration/conformance``; these run in this process and
-show how each kind of fault is worded.
+show how each kind of fault is worded. The faulty stores both use are in
+``_broken_adapters.py``; those only these checks need are here.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
-import os
+import sys
 import threading
 from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import ClassVar
+from types import ModuleType
+from typing import TYPE_CHECKING, ClassVar
 
 import anyio
 import anyio.lowlevel
@@ -37,13 +41,29 @@ from psych_runtime.memory.port import (
     StoreUnavailableError,
     memory_key,
     validate_content,
-    validate_limit,
     validate_memory_id,
     validate_page,
-    validate_restored_id,
 )
 
 pytestmark = pytest.mark.anyio
+
+
+def _load_beside(name: str) -> ModuleType:
+    """The module ``name`` of this folder, which importlib mode keeps off the path."""
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    # Registered under its name, so that its errors unpickle to the same classes.
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+if TYPE_CHECKING:
+    import _broken_adapters as broken
+else:
+    broken = sys.modules.get("_broken_adapters") or _load_beside("_broken_adapters")
 
 
 class Against(MemoryStoreContract):
@@ -110,31 +130,11 @@ class IgnoresNegativeLimit(InProcessMemory):
         return await super().recall(scope, end_user_id, limit=limit)
 
 
-class ForgetRaises(InProcessMemory):
-    __slots__ = ()
-
-    async def forget(self, scope: Scope, end_user_id: str, memory_id: str) -> bool:
-        if not await super().forget(scope, end_user_id, memory_id):
-            raise LookupError("no such fact")
-        return True
-
-
 class ForgetAnswersInt(InProcessMemory):
     __slots__ = ()
 
     async def forget(self, scope: Scope, end_user_id: str, memory_id: str) -> bool:
         return int(await super().forget(scope, end_user_id, memory_id))  # type: ignore[return-value]
-
-
-class NewestFirst(InProcessMemory):
-    __slots__ = ()
-
-    async def recall(
-        self, scope: Scope, end_user_id: str, *, limit: int | None = None
-    ) -> tuple[Memory, ...]:
-        facts = tuple(reversed(await super().recall(scope, end_user_id)))
-        limit = validate_limit(limit)
-        return facts if limit is None else facts[:limit]
 
 
 class EraseCountsNothing(InProcessMemory):
@@ -189,7 +189,7 @@ async def test_accepting_a_negative_limit_breaks_rule_6(tmp_path: Path, anyio_ba
 
 
 async def test_forget_raising_breaks_rule_2(tmp_path: Path, anyio_backend: str) -> None:
-    contract = prepared(ForgetRaises, tmp_path, anyio_backend)
+    contract = prepared(broken.ForgetRaisesOnMissing, tmp_path, anyio_backend)
     with pytest.raises(RuleViolationError, match="forget raised LookupError") as info:
         await contract.test_rule2_forget_of_an_unknown_id_is_false()
     assert info.value.rule == 2
@@ -205,7 +205,7 @@ async def test_forget_answering_an_int_breaks_rule_2(tmp_path: Path, anyio_backe
 async def test_forget_raising_inside_a_property_check_breaks_rule_2(
     tmp_path: Path, anyio_backend: str
 ) -> None:
-    contract = prepared(ForgetRaises, tmp_path, anyio_backend)
+    contract = prepared(broken.ForgetRaisesOnMissing, tmp_path, anyio_backend)
     with pytest.raises(RuleViolationError, match="forget raised LookupError") as info:
         await contract.test_rule5_keys_are_compared_exactly()
     assert info.value.rule == 2
@@ -214,7 +214,7 @@ async def test_forget_raising_inside_a_property_check_breaks_rule_2(
 async def test_order_lost_under_concurrency_breaks_rule_3(
     tmp_path: Path, anyio_backend: str
 ) -> None:
-    contract = prepared(NewestFirst, tmp_path, anyio_backend)
+    contract = prepared(broken.NewestFirst, tmp_path, anyio_backend)
     with pytest.raises(RuleViolationError, match="out of order") as info:
         await contract.test_rule1_many_tasks_remembering_on_one_key_lose_no_fact()
     assert info.value.rule == 3
@@ -312,13 +312,6 @@ class TestAnExpectedFailureIsReportedAsOne(MemoryStoreContract):
 # Rules 7-12: lifecycle, failures, cancellation and the capabilities.
 
 
-class IgnoresClose(InProcessMemory):
-    __slots__ = ()
-
-    async def aclose(self) -> None:
-        pass
-
-
 class NamesAnotherOperation(InProcessMemory):
     __slots__ = ()
 
@@ -330,7 +323,7 @@ class NamesAnotherOperation(InProcessMemory):
         return await super().recall(scope, end_user_id, limit=limit)
 
 
-class RuntimeErrorAfterClose(InProcessMemory):
+class EraseRaisesRuntimeErrorAfterClose(InProcessMemory):
     __slots__ = ()
 
     async def erase(self, scope: Scope, end_user_id: str) -> int:
@@ -347,18 +340,12 @@ class SwallowsErrors(InProcessMemory):
         return True
 
 
-class ClosedAtError(StoreClosedError):
-    def __init__(self, operation: str, where: str) -> None:
-        super().__init__(operation)
-        self.where = where
-
-
 class ClosedErrorLosesAttribute(InProcessMemory):
     __slots__ = ()
 
     async def forget(self, scope: Scope, end_user_id: str, memory_id: str) -> bool:
         if self._closed:
-            raise ClosedAtError("forget", "the table")
+            raise broken.ClosedAtError("forget", "the table")
         return await super().forget(scope, end_user_id, memory_id)
 
 
@@ -375,36 +362,6 @@ class UnpicklableError(InProcessMemory):
         if self._closed:
             raise TwoArgumentsError("remember", "the store is closed")
         return await super().remember(scope, end_user_id, content)
-
-
-class CancelledRememberLandsLater(InProcessMemory):
-    """Stores a cancelled fact at the next erase, after that erase's delete."""
-
-    __slots__ = ("_in_flight",)
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._in_flight: list[Memory] = []
-
-    async def remember(self, scope: Scope, end_user_id: str, content: str) -> Memory:
-        key = memory_key(scope, end_user_id)
-        fact = Memory(os.urandom(8).hex(), key, validate_content(content), datetime.now(UTC))
-        try:
-            await anyio.lowlevel.checkpoint()
-        except anyio.get_cancelled_exc_class():
-            self._in_flight.append(fact)
-            raise
-        with self._lock:
-            self._add_locked(fact)
-        return fact
-
-    async def erase(self, scope: Scope, end_user_id: str) -> int:
-        erased = await super().erase(scope, end_user_id)
-        with self._lock:
-            for fact in self._in_flight:
-                self._add_locked(fact)
-            self._in_flight.clear()
-        return erased
 
 
 class CancellationBecomesUnavailable(InProcessMemory):
@@ -428,44 +385,7 @@ class WithoutCapabilities(InProcessMemory):
     tenants = end_users = restore = restore_many = fact_counts = recall_page = None  # type: ignore[assignment]
 
 
-class Listing(InProcessMemory):
-    """Lists keys and restores facts, as the port's capabilities say."""
-
-    __slots__ = ()
-
-    async def tenants(self) -> tuple[str, ...]:
-        return tuple(sorted({key.tenant for key in self._facts}))
-
-    async def end_users(self, scope: Scope) -> tuple[str, ...]:
-        tenant = memory_key(scope, "anyone").tenant
-        return tuple(sorted(key.end_user_id for key in self._facts if key.tenant == tenant))
-
-    async def restore(self, memory: Memory) -> bool:
-        validate_restored_id(memory.id)
-        with self._lock:
-            for facts in self._facts.values():
-                if memory.id in facts:
-                    if facts[memory.id] == memory:
-                        return False
-                    raise InvalidInputError("memory.id", "is taken by another fact")
-            self._add_locked(memory)
-        return True
-
-    async def restore_many(self, memories: Iterable[Memory]) -> int:
-        stored: list[Memory] = []
-        try:
-            for memory in memories:
-                # One at a time: what was stored before a refusal is known.
-                stored += [memory] if await self.restore(memory) else []
-        except InvalidInputError:
-            # All or none: the facts this batch stored go again.
-            for memory in stored:
-                await self.forget(memory.key.tenant, memory.key.end_user_id, memory.id)
-            raise
-        return len(stored)
-
-
-class RestoresPartOfABatch(Listing):
+class RestoresPartOfABatch(broken.Correct):
     """Stores a batch's facts one by one, keeping those before a refused one."""
 
     __slots__ = ()
@@ -474,44 +394,19 @@ class RestoresPartOfABatch(Listing):
         return sum([await self.restore(memory) for memory in memories])
 
 
-class ListsCaseInsensitively(Listing):
+class ListsCaseInsensitively(broken.Correct):
     __slots__ = ()
 
     async def end_users(self, scope: Scope) -> tuple[str, ...]:
         return tuple(sorted(await super().end_users(scope), key=str.casefold))
 
 
-class RestoreAnswersTrueAgain(Listing):
+class RestoreAnswersTrueAgain(broken.Correct):
     __slots__ = ()
 
     async def restore(self, memory: Memory) -> bool:
         await super().restore(memory)
         return True
-
-
-class CountsEmptiedEndUsers(InProcessMemory):
-    """Counts every end user that ever held a fact, as with a separate users table."""
-
-    __slots__ = ("_seen",)
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._seen: set[MemoryKey] = set()
-
-    async def remember(self, scope: Scope, end_user_id: str, content: str) -> Memory:
-        fact = await super().remember(scope, end_user_id, content)
-        self._seen.add(fact.key)
-        return fact
-
-    async def fact_counts(self, scope: Scope) -> dict[str, int]:
-        tenant = memory_key(scope, "-").tenant
-        with self._lock:
-            counts = [
-                (key.end_user_id, len(self._facts.get(key, {})))
-                for key in self._seen
-                if key.tenant == tenant
-            ]
-        return dict(sorted(counts))
 
 
 class CountsAcrossCase(InProcessMemory):
@@ -570,147 +465,151 @@ class HandsOutItsOwnCounts(InProcessMemory):
         return answer
 
 
-class PagesAsLists(InProcessMemory):
+@dataclass(frozen=True)
+class _Asked:
+    """One call of `recall_page`, as the caller made it."""
+
+    scope: Scope
+    end_user_id: str
+    after: str | None
+    size: int
+
+
+class _AlteredPages(InProcessMemory):
+    """The adapter's own pages, with one defect a subclass writes into `_read` or `_refused`."""
+
     __slots__ = ()
 
     async def recall_page(
         self, scope: Scope, end_user_id: str, *, after: str | None = None, size: int
     ) -> tuple[Memory, ...]:
-        page = await super().recall_page(scope, end_user_id, after=after, size=size)
-        return list(page)  # type: ignore[return-value]
+        asked = _Asked(scope, end_user_id, after, size)
+        try:
+            return await self._read(asked)
+        except InvalidInputError as refusal:
+            return await self._refused(asked, refusal)
+
+    async def _read(self, asked: _Asked) -> tuple[Memory, ...]:
+        """The page the adapter itself answers."""
+        return await super().recall_page(
+            asked.scope, asked.end_user_id, after=asked.after, size=asked.size
+        )
+
+    async def _refused(self, asked: _Asked, refusal: InvalidInputError) -> tuple[Memory, ...]:
+        """What becomes of a refused page: the adapter's refusal."""
+        raise refusal
 
 
-class PagesPastTheSize(InProcessMemory):
+class PagesAsLists(_AlteredPages):
     __slots__ = ()
 
-    async def recall_page(
-        self, scope: Scope, end_user_id: str, *, after: str | None = None, size: int
-    ) -> tuple[Memory, ...]:
-        return await super().recall_page(scope, end_user_id, after=after, size=size + 1)
+    async def _read(self, asked: _Asked) -> tuple[Memory, ...]:
+        return list(await super()._read(asked))  # type: ignore[return-value]
 
 
-class PagesNeverEnd(InProcessMemory):
+class PagesPastTheSize(_AlteredPages):
+    __slots__ = ()
+
+    async def _read(self, asked: _Asked) -> tuple[Memory, ...]:
+        return await super()._read(replace(asked, size=asked.size + 1))
+
+
+class PagesNeverEnd(_AlteredPages):
     """Answers a page after the last fact with the last fact again, forever."""
 
     __slots__ = ()
 
-    async def recall_page(
-        self, scope: Scope, end_user_id: str, *, after: str | None = None, size: int
-    ) -> tuple[Memory, ...]:
-        page = await super().recall_page(scope, end_user_id, after=after, size=size)
-        return page if page or after is None else (await self.recall(scope, end_user_id))[-1:]
+    async def _read(self, asked: _Asked) -> tuple[Memory, ...]:
+        page = await super()._read(asked)
+        if page or asked.after is None:
+            return page
+        return (await self.recall(asked.scope, asked.end_user_id))[-1:]
 
 
-class PagesStaleAfterTheFirst(InProcessMemory):
+class PagesStaleAfterTheFirst(_AlteredPages):
     __slots__ = ()
 
-    async def recall_page(
-        self, scope: Scope, end_user_id: str, *, after: str | None = None, size: int
-    ) -> tuple[Memory, ...]:
-        if after is not None:
+    async def _read(self, asked: _Asked) -> tuple[Memory, ...]:
+        if asked.after is not None:
             raise StalePageError
-        return await super().recall_page(scope, end_user_id, size=size)
+        return await super()._read(asked)
 
 
-class PagesAnyKeysFact(InProcessMemory):
+class PagesAnyKeysFact(_AlteredPages):
     """Takes 'after' from any key, as a query on the id alone would."""
 
     __slots__ = ()
 
-    async def recall_page(
-        self, scope: Scope, end_user_id: str, *, after: str | None = None, size: int
-    ) -> tuple[Memory, ...]:
+    async def _read(self, asked: _Asked) -> tuple[Memory, ...]:
+        after = asked.after
         if after is not None and not any(after in facts for facts in self._facts.values()):
             raise StalePageError
-        facts = await self.recall(scope, end_user_id)
+        facts = await self.recall(asked.scope, asked.end_user_id)
         start = next((n + 1 for n, fact in enumerate(facts) if fact.id == after), 0)
-        return facts[start : start + validate_page(after, size)[1]]
+        return facts[start : start + validate_page(after, asked.size)[1]]
 
 
-class PagesRefuseGarbageWrongly(InProcessMemory):
+class PagesRefuseGarbageWrongly(_AlteredPages):
     """Raises a KeyError of its own for an id it never held."""
 
     __slots__ = ()
 
-    async def recall_page(
-        self, scope: Scope, end_user_id: str, *, after: str | None = None, size: int
-    ) -> tuple[Memory, ...]:
-        try:
-            return await super().recall_page(scope, end_user_id, after=after, size=size)
-        except StalePageError:
+    async def _refused(self, asked: _Asked, refusal: InvalidInputError) -> tuple[Memory, ...]:
+        if isinstance(refusal, StalePageError):
             raise KeyError("no such row") from None
+        raise refusal
 
 
-class PagesStaleNamingAnotherArgument(InProcessMemory):
+class PagesStaleNamingAnotherArgument(_AlteredPages):
     __slots__ = ()
 
-    async def recall_page(
-        self, scope: Scope, end_user_id: str, *, after: str | None = None, size: int
-    ) -> tuple[Memory, ...]:
-        try:
-            return await super().recall_page(scope, end_user_id, after=after, size=size)
-        except StalePageError:
+    async def _refused(self, asked: _Asked, refusal: InvalidInputError) -> tuple[Memory, ...]:
+        if isinstance(refusal, StalePageError):
             raise StalePageError("cursor") from None
+        raise refusal
 
 
-class PagesAcceptAnySize(InProcessMemory):
+class PagesAcceptAnySize(_AlteredPages):
     __slots__ = ()
 
-    async def recall_page(
-        self, scope: Scope, end_user_id: str, *, after: str | None = None, size: int
-    ) -> tuple[Memory, ...]:
-        given: object = size
-        size = size if isinstance(given, int) and 1 <= size <= MAX_PAGE_SIZE else 1
-        return await super().recall_page(scope, end_user_id, after=after, size=size)
+    async def _read(self, asked: _Asked) -> tuple[Memory, ...]:
+        size: object = asked.size
+        fitting = isinstance(size, int) and 1 <= asked.size <= MAX_PAGE_SIZE
+        return await super()._read(asked if fitting else replace(asked, size=1))
 
 
-class PagesStaleForASizeTooSmall(InProcessMemory):
+class _PagesRefuseSizeZeroWith(_AlteredPages):
+    """A page of size 0 raises `_error`, before the adapter judges it."""
+
     __slots__ = ()
+    _error: ClassVar[type[Exception]]
 
-    async def recall_page(
-        self, scope: Scope, end_user_id: str, *, after: str | None = None, size: int
-    ) -> tuple[Memory, ...]:
-        if size == 0:
-            raise StalePageError
-        return await super().recall_page(scope, end_user_id, after=after, size=size)
+    async def _read(self, asked: _Asked) -> tuple[Memory, ...]:
+        if asked.size == 0:
+            raise self._error("size")
+        return await super()._read(asked)
 
 
-class PagesRaiseValueErrorForBadSizes(InProcessMemory):
+class PagesStaleForASizeTooSmall(_PagesRefuseSizeZeroWith):
     __slots__ = ()
-
-    async def recall_page(
-        self, scope: Scope, end_user_id: str, *, after: str | None = None, size: int
-    ) -> tuple[Memory, ...]:
-        if size == 0:
-            raise ValueError("size")
-        return await super().recall_page(scope, end_user_id, after=after, size=size)
+    _error = StalePageError
 
 
-class PagesForgetTheirFirstFact(InProcessMemory):
+class PagesRaiseValueErrorForBadSizes(_PagesRefuseSizeZeroWith):
+    __slots__ = ()
+    _error = ValueError
+
+
+class PagesForgetTheirFirstFact(_AlteredPages):
     """A stale page 'cleans up' by forgetting the key's first fact."""
 
     __slots__ = ()
 
-    async def recall_page(
-        self, scope: Scope, end_user_id: str, *, after: str | None = None, size: int
-    ) -> tuple[Memory, ...]:
-        try:
-            return await super().recall_page(scope, end_user_id, after=after, size=size)
-        except InvalidInputError:
-            held = await self.recall(scope, end_user_id, limit=1)
-            if held:
-                await self.forget(scope, end_user_id, held[0].id)
-            raise
-
-
-class RestoresRoundedTimes(InProcessMemory):
-    __slots__ = ()
-
-    async def restore(self, memory: Memory) -> bool:
-        when = memory.created_at
-        return await super().restore(
-            Memory(memory.id, memory.key, memory.content, when.replace(microsecond=0))
-        )
+    async def _refused(self, asked: _Asked, refusal: InvalidInputError) -> tuple[Memory, ...]:
+        held = await self.recall(asked.scope, asked.end_user_id, limit=1)
+        if held:
+            await self.forget(asked.scope, asked.end_user_id, held[0].id)
+        raise refusal
 
 
 class RestoresTooEarlyTimesNot(InProcessMemory):
@@ -722,13 +621,11 @@ class RestoresTooEarlyTimesNot(InProcessMemory):
         return await super().restore(memory)
 
 
-class ReadsTooEarlyTimesNot(InProcessMemory):
+class ReadsTooEarlyTimesNot(_AlteredPages):
     __slots__ = ()
 
-    async def recall_page(
-        self, scope: Scope, end_user_id: str, *, after: str | None = None, size: int
-    ) -> tuple[Memory, ...]:
-        page = await super().recall_page(scope, end_user_id, after=after, size=size)
+    async def _read(self, asked: _Asked) -> tuple[Memory, ...]:
+        page = await super()._read(asked)
         if any(fact.created_at.year < 1000 for fact in page):
             raise OverflowError("date value out of range")
         return page
@@ -761,7 +658,12 @@ _EDGES = "test_rule11_times_at_the_ends_of_the_range_read_back_exactly"
             13,
             "a refused page changed stored facts",
         ),
-        (RestoresRoundedTimes, _EDGES, 11, "restored at 0001-01-01T00:00:00.000001.* back with"),
+        (
+            broken.RestoreLosesMicroseconds,
+            _EDGES,
+            11,
+            "restored at 0001-01-01T00:00:00.000001.* back with",
+        ),
         (RestoresTooEarlyTimesNot, _EDGES, 11, "raised OverflowError"),
         (ReadsTooEarlyTimesNot, _EDGES, 11, "recall_page of facts restored at the ends"),
     ],
@@ -783,13 +685,13 @@ async def test_a_broken_pager_or_time_is_named(  # noqa: PLR0917 - parametrized.
     ("store_class", "check", "rule", "words"),
     [
         (
-            IgnoresClose,
+            broken.IgnoresClose,
             "test_rule7_every_call_after_close_raises_and_changes_nothing",
             7,
             "remember on a closed store returned",
         ),
         (
-            IgnoresClose,
+            broken.IgnoresClose,
             "test_rule7_async_with_returns_the_store_and_closes_it",
             7,
             "remember on a closed store returned",
@@ -807,13 +709,13 @@ async def test_a_broken_pager_or_time_is_named(  # noqa: PLR0917 - parametrized.
             "swallowed the error",
         ),
         (
-            RuntimeErrorAfterClose,
+            EraseRaisesRuntimeErrorAfterClose,
             "test_rule8_no_foreign_exception_escapes_a_closed_store",
             8,
             "erase with valid input on a closed store raised RuntimeError",
         ),
         (
-            RuntimeErrorAfterClose,
+            EraseRaisesRuntimeErrorAfterClose,
             "test_rule7_every_call_after_close_raises_and_changes_nothing",
             8,
             "erase on a closed store raised RuntimeError",
@@ -837,13 +739,13 @@ async def test_a_broken_pager_or_time_is_named(  # noqa: PLR0917 - parametrized.
             ),
         ),
         (
-            CancelledRememberLandsLater,
+            broken.CancelledRememberLandsLater,
             "test_rule9_a_cancelled_remember_never_lands_after_erase",
             9,
             "right after erase returned",
         ),
         (
-            CancelledRememberLandsLater,
+            broken.CancelledRememberLandsLater,
             "test_rule9_writers_cancelled_mid_way_leave_nothing_after_erase",
             9,
             "right after erase returned",
@@ -873,7 +775,7 @@ async def test_a_broken_pager_or_time_is_named(  # noqa: PLR0917 - parametrized.
             "a refused restore_many of a batch with a taken id at its end stored some",
         ),
         (
-            CountsEmptiedEndUsers,
+            broken.CountsEmptiedEndUsers,
             "test_rule12_counts_are_what_recall_returns_for_each_end_user",
             12,
             r"erasing a third key, fact_counts\('ac_e'\) returned \{'user-4': 0\}, not \{\}",
@@ -947,7 +849,7 @@ _CAPABILITY_CHECKS = (
 async def test_capability_checks_pass_a_capable_store(
     tmp_path: Path, anyio_backend: str, check: str
 ) -> None:
-    await getattr(prepared(Listing, tmp_path, anyio_backend), check)()
+    await getattr(prepared(broken.Correct, tmp_path, anyio_backend), check)()
 
 
 _COUNTS = "test_rule12_counts_are_what_recall_returns_for_each_end_user"
@@ -958,7 +860,7 @@ _OWN = "test_rule12_the_counts_are_the_callers_own"
     ("store_class", "failing"),
     [
         # An emptied end user stays, with 0, in a later answer of either check.
-        (CountsEmptiedEndUsers, {_COUNTS, _OWN}),
+        (broken.CountsEmptiedEndUsers, {_COUNTS, _OWN}),
         (CountsAcrossCase, {_COUNTS}),
         (CountsInCaseInsensitiveOrder, {_COUNTS}),
         (CountsTrueForOneFact, {_COUNTS, _OWN}),
