@@ -40,7 +40,7 @@ _VERSION_HEADER: Final = "mcp-protocol-version"
 _LOOPBACK_HOSTS: Final = ("127.0.0.1:*", "localhost:*", "[::1]:*")
 _LOOPBACK_ORIGINS: Final = ("http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*")
 
-_log = logging.getLogger("psych_runtime.tools.mcp")
+_logger = logging.getLogger("psych_runtime.tools.mcp")
 
 
 def transport_security(
@@ -78,7 +78,7 @@ def transport_security(
     )
 
 
-def _address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+def _ip_address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
     try:
         return ipaddress.ip_address(host.strip("[]"))
     except ValueError:
@@ -86,17 +86,17 @@ def _address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
 
 
 def _is_loopback(host: str) -> bool:
-    address = _address(host)
+    address = _ip_address(host)
     return host == "localhost" if address is None else address.is_loopback
 
 
 def _is_wildcard(host: str) -> bool:
-    address = _address(host)
+    address = _ip_address(host)
     return host == "" or (address is not None and address.is_unspecified)
 
 
 def _bracketed(host: str) -> str:
-    address = _address(host)
+    address = _ip_address(host)
     return f"[{address}]" if address is not None and address.version == 6 else host
 
 
@@ -127,7 +127,7 @@ class CheckingVerifier:
         except KeysUnavailableError as error:
             raise TokensUncheckable(error.retry_after) from None
         except Exception as error:
-            _log.warning("the token verifier failed", exc_info=True)
+            _logger.warning("the token verifier failed", exc_info=True)
             raise TokensUncheckable(None) from error
 
 
@@ -158,10 +158,10 @@ class AnswerUncheckable:
                 "error": "temporarily_unavailable",
                 "error_description": "access tokens cannot be checked right now; try again later",
             }
-            await _answer(send, 503, body, headers)
+            await _send_answer(send, 503, body, headers)
 
 
-async def _answer(send: Send, status: int, body: object, headers: dict[str, str]) -> None:
+async def _send_answer(send: Send, status: int, body: object, headers: dict[str, str]) -> None:
     content = json.dumps(body, separators=(",", ":")).encode()
     raw = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(content))]
     raw += [(name.lower().encode(), value.encode()) for name, value in headers.items()]
@@ -169,7 +169,7 @@ async def _answer(send: Send, status: int, body: object, headers: dict[str, str]
     await send({"type": "http.response.body", "body": content})
 
 
-def _owner(scope: Scope) -> tuple[str | None, ...] | None:
+def _session_owner(scope: Scope) -> tuple[str | None, ...] | None:
     user = scope.get("user")
     if not isinstance(user, AuthenticatedUser):
         return None
@@ -206,7 +206,7 @@ class SessionsPerUser:
         self._next_sweep = -math.inf
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        owner = _owner(scope) if _is_endpoint(scope, self._path) else None
+        owner = _session_owner(scope) if _is_endpoint(scope, self._path) else None
         if owner is None:
             await self._app(scope, receive, send)
             return
@@ -228,16 +228,16 @@ class SessionsPerUser:
     ) -> None:
         now = anyio.current_time()
         self._sweep(now)
-        held = sum(1 for item in self._live(now) if item.owner == owner)
+        held = sum(1 for item in self._live_sessions(now) if item.owner == owner)
         opening = self._opening.get(owner, 0)
         if held + opening >= self._per_user:
-            _log.warning("refused a session: an end user holds %d", held + opening)
+            _logger.warning("refused a session: an end user holds %d", held + opening)
             body = {
                 "jsonrpc": "2.0",
                 "id": None,
                 "error": {"code": -32600, "message": "Too many open sessions for this user"},
             }
-            await _answer(send, 429, body, {})
+            await _send_answer(send, 429, body, {})
             return
         self._opening[owner] = opening + 1
         opened: list[str] = []
@@ -285,7 +285,7 @@ class SessionsPerUser:
         if status == 404 or (deleted and status < 400):
             self._sessions.pop(id_, None)
 
-    def _live(self, now: float) -> Iterator[_Session]:
+    def _live_sessions(self, now: float) -> Iterator[_Session]:
         for session in self._sessions.values():
             if session.in_flight or now - session.idle_since < self._idle_timeout:
                 yield session
@@ -330,7 +330,11 @@ class RepeatedKeys:
         self._path = path
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if not _is_endpoint(scope, self._path) or scope["method"] != "POST" or not _owner(scope):
+        if (
+            not _is_endpoint(scope, self._path)
+            or scope["method"] != "POST"
+            or not _session_owner(scope)
+        ):
             # Without a verified token the SDK refuses the request unread.
             await self._app(scope, receive, send)
             return
@@ -354,7 +358,7 @@ class RepeatedKeys:
             marked = mark_repeats(body)
             if marked is not None:
                 body = marked
-                scope = {**scope, "headers": _with_length(scope["headers"], len(body))}
+                scope = {**scope, "headers": _headers_with_length(scope["headers"], len(body))}
         replay: list[Message] = [{"type": "http.request", "body": body, "more_body": not complete}]
         if trailing is not None:
             replay.append(trailing)
@@ -365,6 +369,8 @@ class RepeatedKeys:
         await self._app(scope, replayed, send)
 
 
-def _with_length(headers: list[tuple[bytes, bytes]], length: int) -> list[tuple[bytes, bytes]]:
+def _headers_with_length(
+    headers: list[tuple[bytes, bytes]], length: int
+) -> list[tuple[bytes, bytes]]:
     kept = [(name, value) for name, value in headers if name.lower() != b"content-length"]
     return [*kept, (b"content-length", str(length).encode())]

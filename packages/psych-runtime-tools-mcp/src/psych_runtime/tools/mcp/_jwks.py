@@ -12,14 +12,14 @@ import jwt
 
 __all__ = ["JwksCache", "KeysUnavailableError"]
 
-_LIFESPAN: Final = 300.0
+_KEYS_LIFESPAN: Final = 300.0
 _REFETCH_INTERVAL: Final = 30.0
 _FIRST_BACKOFF: Final = 5.0
 _MAX_BACKOFF: Final = 60.0
-_MAX_BODY: Final = 1024 * 1024
+_MAX_JWKS_BYTES: Final = 1024 * 1024
 _SIGNING_KEY_TYPES: Final = frozenset({"RSA", "EC", "OKP"})
 
-_log = logging.getLogger("psych_runtime.tools.mcp")
+_logger = logging.getLogger("psych_runtime.tools.mcp")
 
 
 class KeysUnavailableError(Exception):
@@ -81,8 +81,8 @@ class JwksCache:
         """
         while True:
             now = anyio.current_time()
-            key = self._find(kid)
-            if key is not None and now < self._fetched_at + _LIFESPAN:
+            key = self._cached_key(kid)
+            if key is not None and now < self._fetched_at + _KEYS_LIFESPAN:
                 return key
             if now < self._retry_at:
                 if key is not None:
@@ -100,7 +100,7 @@ class JwksCache:
                 self._flight = None
                 flight.set()
 
-    def _find(self, kid: str | None) -> jwt.PyJWK | None:
+    def _cached_key(self, kid: str | None) -> jwt.PyJWK | None:
         if kid is None and len(self._keys) == 1:
             return next(iter(self._keys.values()))
         return self._keys.get(kid)
@@ -115,7 +115,7 @@ class JwksCache:
             self._failed = True
             # No trace: the cause (a timeout, a refused connection, a bad
             # answer) is all the operator needs, and it repeats under load.
-            _log.warning("the JWKS could not be fetched; next try in %.0f s", self._backoff)
+            _logger.warning("the JWKS could not be fetched; next try in %.0f s", self._backoff)
             return
         now = anyio.current_time()
         self._keys = keys
@@ -128,7 +128,7 @@ class JwksCache:
         async with httpx2.AsyncClient(timeout=self._timeout) as client:
             response = await client.get(self._url, headers={"Accept": "application/json"})
             response.raise_for_status()
-            if len(response.content) > _MAX_BODY:
+            if len(response.content) > _MAX_JWKS_BYTES:
                 raise ValueError("the JWKS is larger than 1 MiB")
             keys = jwt.PyJWKSet.from_dict(response.json()).keys
         # A key published for encryption signs nothing, and a shared secret

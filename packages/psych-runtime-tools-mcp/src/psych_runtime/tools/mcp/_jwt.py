@@ -31,7 +31,7 @@ DEFAULT_JWKS_TIMEOUT: Final = 5.0
 """The most seconds one fetch of the JWKS may take, unless told otherwise."""
 
 _REQUIRED_CLAIMS: Final = ("exp", "iss", "sub", "aud")
-_ISSUER_CUT: Final = "#"
+_ISSUER_SEPARATOR: Final = "#"
 
 
 class JwtVerifier:
@@ -87,7 +87,7 @@ class JwtVerifier:
     ) -> None:
         if isinstance(issuers, str) or not issuers:
             raise ValueError("issuers must be a non-empty collection of issuer strings")
-        if any(not issuer or _ISSUER_CUT in issuer for issuer in issuers):
+        if any(not issuer or _ISSUER_SEPARATOR in issuer for issuer in issuers):
             raise ValueError("issuers must not be empty or contain '#'")
         if not audience:
             raise ValueError("audience must not be empty")
@@ -171,7 +171,7 @@ class JwtVerifier:
         return AccessToken(
             token=token,
             client_id=_client_id(claims, subject),
-            scopes=_scopes(claims),
+            scopes=_token_scopes(claims),
             expires_at=int(claims["exp"]),
             resource=self._audience,
             subject=subject,
@@ -195,7 +195,7 @@ def _client_id(claims: dict[str, Any], subject: str) -> str:
     return subject
 
 
-def _scopes(claims: dict[str, Any]) -> list[str]:
+def _token_scopes(claims: dict[str, Any]) -> list[str]:
     scope = claims.get("scope")
     if isinstance(scope, str):
         return scope.split()

@@ -10,17 +10,17 @@ from ._server import ARGUMENTS_AS_SENT
 __all__ = ["mark_repeats"]
 
 
-class _Repeats(dict[str, Any]):
+class _ObjectWithRepeats(dict[str, Any]):
     """A JSON object in which a key appeared twice; ``pairs`` keeps them all."""
 
     pairs: list[tuple[str, Any]]
 
 
-def _keep_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+def _object_keeping_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     result = dict(pairs)
     if len(result) == len(pairs):
         return result
-    marked = _Repeats(result)
+    marked = _ObjectWithRepeats(result)
     marked.pairs = pairs
     return marked
 
@@ -41,7 +41,7 @@ def mark_repeats(body: bytes) -> bytes | None:
         refuses that itself).
     """
     try:
-        parsed = json.loads(body, object_pairs_hook=_keep_pairs)
+        parsed = json.loads(body, object_pairs_hook=_object_keeping_repeats)
     except (ValueError, RecursionError):
         return None
     messages = parsed if isinstance(parsed, list) else [parsed]
@@ -56,7 +56,7 @@ def mark_repeats(body: bytes) -> bytes | None:
         if isinstance(meta, dict) and meta.pop(ARGUMENTS_AS_SENT, None) is not None:
             changed = True
         try:
-            sent, repeated = _as_sent(params.get("arguments"))
+            sent, repeated = _json_as_sent(params.get("arguments"))
         except RecursionError:
             return None
         if repeated:
@@ -68,18 +68,18 @@ def mark_repeats(body: bytes) -> bytes | None:
     return json.dumps(parsed, separators=(",", ":")).encode()
 
 
-def _as_sent(value: object) -> tuple[str, bool]:
+def _json_as_sent(value: object) -> tuple[str, bool]:
     """JSON text of ``value`` with every key as often as it was sent, and whether one repeats."""
     if isinstance(value, dict):
-        pairs = value.pairs if isinstance(value, _Repeats) else list(value.items())
+        pairs = value.pairs if isinstance(value, _ObjectWithRepeats) else list(value.items())
         repeated = len(pairs) > len(value)
         parts = []
         for key, item in pairs:
-            text, inner = _as_sent(item)
+            text, inner = _json_as_sent(item)
             parts.append(f"{json.dumps(key)}:{text}")
             repeated = repeated or inner
         return "{" + ",".join(parts) + "}", repeated
     if isinstance(value, list):
-        items = [_as_sent(item) for item in value]
+        items = [_json_as_sent(item) for item in value]
         return "[" + ",".join(text for text, _ in items) + "]", any(inner for _, inner in items)
     return json.dumps(value), False

@@ -9,7 +9,7 @@ from psych_runtime.tools.builtins import ToolResult
 
 __all__ = ["no_identity", "unavailable", "unknown_tool"]
 
-_READ_ONLY = frozenset({"recall"})
+_READ_ONLY_TOOLS = frozenset({"recall"})
 
 
 def unavailable(tool: str, error: BaseException) -> ToolResult:
@@ -25,7 +25,7 @@ def unavailable(tool: str, error: BaseException) -> ToolResult:
     Returns:
         An error result.
     """
-    if tool in _READ_ONLY:
+    if tool in _READ_ONLY_TOOLS:
         outcome = "Nothing was changed; try again later"
     elif isinstance(error, StoreClosedError) or (
         isinstance(error, StoreUnavailableError) and not error.may_have_taken_effect
@@ -36,7 +36,7 @@ def unavailable(tool: str, error: BaseException) -> ToolResult:
             "Nothing may have been saved or deleted, or the change may have gone "
             "through: once memory is back, call recall to check before trying again"
         )
-    return _error(f"{tool} failed: memory is unavailable right now. {outcome}.")
+    return _error_result(f"{tool} failed: memory is unavailable right now. {outcome}.")
 
 
 def no_identity(tool: str) -> ToolResult:
@@ -48,7 +48,7 @@ def no_identity(tool: str) -> ToolResult:
     Returns:
         An error result.
     """
-    return _error(
+    return _error_result(
         f"{tool} was not run: this connection is not signed in as a user this "
         "server can serve. Nothing was changed."
     )
@@ -64,8 +64,8 @@ def unknown_tool(names: tuple[str, ...]) -> ToolResult:
         An error result listing the tools there are (the unknown name is not
         repeated: it came from the client).
     """
-    return _error(f"no such tool; the memory tools are {', '.join(map(repr, names))}")
+    return _error_result(f"no such tool; the memory tools are {', '.join(map(repr, names))}")
 
 
-def _error(text: str) -> ToolResult:
+def _error_result(text: str) -> ToolResult:
     return ToolResult(json.dumps({"error": text}, separators=(",", ":")), is_error=True)

@@ -74,7 +74,7 @@ _ANNOTATIONS: Final = {
     "recall": ToolAnnotations(read_only_hint=True, open_world_hint=False),
 }
 
-_log = logging.getLogger("psych_runtime.tools.mcp")
+_logger = logging.getLogger("psych_runtime.tools.mcp")
 
 
 class IdentityError(Exception):
@@ -105,7 +105,7 @@ def build_server(bind: Binder, *, name: str, arguments_as_sent: bool = False) ->
     Returns:
         The server, ready for any transport.
     """
-    handlers = _Handlers(bind, arguments_as_sent=arguments_as_sent)
+    handlers = _RequestHandlers(bind, arguments_as_sent=arguments_as_sent)
     return Server(
         name,
         version=__version__,
@@ -119,14 +119,14 @@ def build_server(bind: Binder, *, name: str, arguments_as_sent: bool = False) ->
     )
 
 
-class _Handlers:
+class _RequestHandlers:
     __slots__ = ("_arguments_as_sent", "_bind")
 
     def __init__(self, bind: Binder, *, arguments_as_sent: bool) -> None:
         self._bind = bind
         self._arguments_as_sent = arguments_as_sent
 
-    def _tools(self) -> MemoryTools:
+    def _bound_tools(self) -> MemoryTools:
         try:
             return self._bind()
         except IdentityError:
@@ -135,7 +135,7 @@ class _Handlers:
     async def list_tools(
         self, ctx: ServerRequestContext[Any], params: PaginatedRequestParams | None
     ) -> ListToolsResult:
-        return ListToolsResult(tools=[_tool(spec) for spec in _specs(self._tools())])
+        return ListToolsResult(tools=[_mcp_tool(spec) for spec in _tool_specs(self._bound_tools())])
 
     async def call_tool(
         self, ctx: ServerRequestContext[Any], params: CallToolRequestParams
@@ -146,26 +146,28 @@ class _Handlers:
             if isinstance(sent, str):
                 # The JSON text keeps the repeated keys the parsed arguments lost.
                 arguments = sent
-        result = await self._call(params.name, arguments)
+        result = await self._call_result(params.name, arguments)
         return CallToolResult(
             content=[TextContent(type="text", text=result.content)], is_error=result.is_error
         )
 
-    async def _call(self, name: str, arguments: object) -> ToolResult:
+    async def _call_result(self, name: str, arguments: object) -> ToolResult:
         try:
             tools = self._bind()
         except IdentityError:
             return no_identity(name if name in _ANNOTATIONS else "the tool")
-        names = tuple(spec.name for spec in _specs(tools))
+        names = tuple(spec.name for spec in _tool_specs(tools))
         if name not in names:
             return unknown_tool(names)
         try:
             if name == RECALL.name:
-                return recall_refusal(arguments) or ToolResult(await _block(tools), is_error=False)
+                return recall_refusal(arguments) or ToolResult(
+                    await _memory_block(tools), is_error=False
+                )
             return await tools.call(name, arguments)
-        except Exception as error:  # noqa: BLE001 - any store failure becomes one answer
+        except Exception as error:
             # The trace stays in the server's log; the model gets a plain answer.
-            _log.warning("memory tool %r failed", name, exc_info=True)
+            _logger.warning("memory tool %r failed", name, exc_info=True)
             return unavailable(name, error)
 
     async def list_resources(
@@ -188,7 +190,7 @@ class _Handlers:
     ) -> ReadResourceResult:
         if params.uri != MEMORY_RESOURCE_URI:
             raise MCPError(INVALID_PARAMS, "no such resource")
-        text = await self._block()
+        text = await self._memory_block()
         return ReadResourceResult(
             contents=[
                 TextResourceContents(uri=MEMORY_RESOURCE_URI, text=text, mime_type="text/plain")
@@ -213,27 +215,27 @@ class _Handlers:
     ) -> GetPromptResult:
         if params.name != MEMORY_PROMPT:
             raise MCPError(INVALID_PARAMS, "no such prompt")
-        text = await self._block()
+        text = await self._memory_block()
         return GetPromptResult(
             description="The facts saved about the current user.",
             messages=[PromptMessage(role="user", content=TextContent(type="text", text=text))],
         )
 
-    async def _block(self) -> str:
-        tools = self._tools()
+    async def _memory_block(self) -> str:
+        tools = self._bound_tools()
         try:
-            return await _block(tools)
-        except Exception:  # noqa: BLE001 - any store failure becomes one answer
-            _log.warning("reading the memory block failed", exc_info=True)
+            return await _memory_block(tools)
+        except Exception:
+            _logger.warning("reading the memory block failed", exc_info=True)
             message = "memory is unavailable right now; try again later"
             raise MCPError(INTERNAL_ERROR, message) from None
 
 
-def _specs(tools: MemoryTools) -> tuple[ToolSpec, ...]:
+def _tool_specs(tools: MemoryTools) -> tuple[ToolSpec, ...]:
     return (*tools.specs, RECALL)
 
 
-def _tool(spec: ToolSpec) -> Tool:
+def _mcp_tool(spec: ToolSpec) -> Tool:
     return Tool(
         name=spec.name,
         description=spec.description,
@@ -242,5 +244,5 @@ def _tool(spec: ToolSpec) -> Tool:
     )
 
 
-async def _block(tools: MemoryTools) -> str:
+async def _memory_block(tools: MemoryTools) -> str:
     return await tools.prompt() or _EMPTY_BLOCK

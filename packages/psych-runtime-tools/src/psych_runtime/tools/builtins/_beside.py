@@ -21,8 +21,8 @@ from typing import Final
 
 __all__ = ["hidden_runtime_module", "refusal_beside"]
 
-RUNTIME: Final = "psych-runtime"
-THIS: Final = "psych-runtime-tools"
+RUNTIME_DISTRIBUTION: Final = "psych-runtime"
+THIS_DISTRIBUTION: Final = "psych-runtime-tools"
 
 
 def hidden_runtime_module(folders: Iterable[str]) -> Path | None:
@@ -41,17 +41,17 @@ def hidden_runtime_module(folders: Iterable[str]) -> Path | None:
 def refusal_beside(module: Path) -> str:
     """Return the message that refuses this package beside ``module``."""
     try:
-        runtime = f"{RUNTIME} {importlib.metadata.version(RUNTIME)}"
+        runtime = f"{RUNTIME_DISTRIBUTION} {importlib.metadata.version(RUNTIME_DISTRIBUTION)}"
     except importlib.metadata.PackageNotFoundError:
-        runtime = RUNTIME
+        runtime = RUNTIME_DISTRIBUTION
     return (
-        f"{THIS} cannot be used beside {runtime}: that distribution ships its own "
+        f"{THIS_DISTRIBUTION} cannot be used beside {runtime}: that distribution ships its own "
         f"module psych_runtime.tools.builtins ({module.name} in {module.parent}), with "
         f"the runtime's built-in tools, and this package of the same name hides it, "
         f"so no psych_runtime import can work. Uninstall ours: "
-        f"`pip uninstall {THIS} psych-runtime-tools-mcp` (the MCP server needs it). "
+        f"`pip uninstall {THIS_DISTRIBUTION} psych-runtime-tools-mcp` (the MCP server needs it). "
         f"The memory adapters (psych-memory-sqlite, psych-memory-postgres, "
-        f"psych-memory-inproc) work beside {RUNTIME} 0.1 as its memory=, and its own "
+        f"psych-memory-inproc) work beside {RUNTIME_DISTRIBUTION} 0.1 as its memory=, and its own "
         f"remember and forget tools use them; see 'Coming from psych-runtime 0.1' in "
         f"the docs."
     )
@@ -59,6 +59,8 @@ def refusal_beside(module: Path) -> str:
 
 # On the first import, before anything else of this package: the runtime's
 # own import of its module arrives here, and this message is what it reports.
-_HIDDEN: Final = hidden_runtime_module(importlib.import_module("psych_runtime.tools").__path__)
-if _HIDDEN is not None:
-    raise ImportError(refusal_beside(_HIDDEN), name="psych_runtime.tools.builtins")
+_HIDDEN_RUNTIME_MODULE: Final = hidden_runtime_module(
+    importlib.import_module("psych_runtime.tools").__path__
+)
+if _HIDDEN_RUNTIME_MODULE is not None:
+    raise ImportError(refusal_beside(_HIDDEN_RUNTIME_MODULE), name="psych_runtime.tools.builtins")

@@ -111,26 +111,28 @@ def check_arguments(spec: ToolSpec, arguments: object) -> dict[str, object]:
     required: list[str] = schema.get("required", [])
     parsed = _arguments_object(arguments, properties)
     if isinstance(parsed, _RepeatedKeys):
-        _refuse(_repeated(parsed.repeated, properties))
+        _refuse(_repeated_argument_reason(parsed.repeated, properties))
     names = [name for name in parsed if isinstance(name, str)]
     if len(names) != len(parsed):
-        _refuse(f"argument names must be strings; send {_only(properties)}")
+        _refuse(f"argument names must be strings; send {_allowed_arguments(properties)}")
     key_names = sorted(name for name in names if name in KEY_ARGUMENTS)
     if key_names:
         _refuse(
-            f"{_listed(key_names)} cannot be passed: the user and the tenant are set "
-            f"by the application, not by the tool call; send {_only(properties)}"
+            f"{_quoted_list(key_names)} cannot be passed: the user and the tenant are set "
+            f"by the application, not by the tool call; send {_allowed_arguments(properties)}"
         )
     if any(name not in properties for name in names):
         # The name itself is the model's text: it is never repeated.
-        _refuse(f"an argument not in the tool's schema was given; send {_only(properties)}")
+        _refuse(
+            f"an argument not in the tool's schema was given; send {_allowed_arguments(properties)}"
+        )
     for name in required:
         if name not in parsed:
-            _refuse(f"missing required argument {name!r}; send {_example(properties)}")
+            _refuse(f"missing required argument {name!r}; send {_example_object(properties)}")
     checked = {str(name): value for name, value in parsed.items()}
     for name, value in checked.items():
         if properties[name].get("type") == "string" and not isinstance(value, str):
-            _refuse(f"{name!r} must be a string, not {_json_type(value)}")
+            _refuse(f"{name!r} must be a string, not {_json_type_name(value)}")
         if _holds_repeats(value):
             _refuse(f"a key appears more than once inside the value of {name!r}; send it once")
     return checked
@@ -198,17 +200,17 @@ def _arguments_object(
             arguments = json.loads(
                 arguments,
                 object_pairs_hook=_keep_repeats,
-                parse_constant=_no_constants,
+                parse_constant=_refuse_constant,
             )
         except (ValueError, RecursionError):
             _refuse(
                 "the arguments are not valid JSON; send one JSON object like "
-                f"{_example(properties)}"
+                f"{_example_object(properties)}"
             )
     if not isinstance(arguments, Mapping):
         _refuse(
-            f"the arguments must be a JSON object like {_example(properties)}, "
-            f"not {_json_type(arguments)}"
+            f"the arguments must be a JSON object like {_example_object(properties)}, "
+            f"not {_json_type_name(arguments)}"
         )
     return arguments
 
@@ -245,14 +247,14 @@ def _holds_repeats(value: object) -> bool:
     return False
 
 
-def _repeated(names: Iterable[str], properties: Mapping[str, object]) -> str:
+def _repeated_argument_reason(names: Iterable[str], properties: Mapping[str, object]) -> str:
     known = sorted(name for name in names if name in properties or name in KEY_ARGUMENTS)
     if known and len(known) == len(set(names)):
-        return f"argument {_listed(known)} appears more than once; send each argument once"
+        return f"argument {_quoted_list(known)} appears more than once; send each argument once"
     return "an argument name appears more than once; send each argument once"
 
 
-def _no_constants(name: str) -> NoReturn:
+def _refuse_constant(name: str) -> NoReturn:
     del name
     _refuse("the arguments contain NaN or Infinity, which JSON does not allow")
 
@@ -261,24 +263,24 @@ def _refuse(reason: str) -> NoReturn:
     raise RefusedCallError(reason)
 
 
-def _only(properties: Mapping[str, object]) -> str:
+def _allowed_arguments(properties: Mapping[str, object]) -> str:
     if not properties:
         return "no arguments"
-    return "only " + _listed(list(properties))
+    return "only " + _quoted_list(list(properties))
 
 
-def _example(properties: Mapping[str, object]) -> str:
+def _example_object(properties: Mapping[str, object]) -> str:
     return "{" + ", ".join(f'"{name}": "..."' for name in properties) + "}"
 
 
-def _listed(names: list[str]) -> str:
+def _quoted_list(names: list[str]) -> str:
     quoted = [repr(name) for name in names]
     if len(quoted) == 1:
         return quoted[0]
     return ", ".join(quoted[:-1]) + " and " + quoted[-1]
 
 
-def _json_type(value: object) -> str:
+def _json_type_name(value: object) -> str:
     # Named as JSON names them, since that is the language the model wrote in.
     for kind, name in _JSON_TYPES:
         if isinstance(value, kind):

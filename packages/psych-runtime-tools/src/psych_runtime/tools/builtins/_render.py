@@ -96,8 +96,10 @@ def render_memories(
     if not fixed_lines and not recalled_lines:
         return ""
     left_out = (0, 0)
-    if max_chars is not None and _size(fixed_lines, recalled_lines) > max_chars:
-        fixed_lines, recalled_lines, left_out = _fit(fixed_lines, recalled_lines, max_chars)
+    if max_chars is not None and _block_size(fixed_lines, recalled_lines) > max_chars:
+        fixed_lines, recalled_lines, left_out = _fit_within_budget(
+            fixed_lines, recalled_lines, max_chars
+        )
     lines = [HEADER]
     if fixed_lines:
         lines += [FIXED_HEADER, *fixed_lines]
@@ -128,7 +130,7 @@ def check_budget(max_chars: object, argument: str) -> int | None:
     return int(max_chars)
 
 
-def _fit(
+def _fit_within_budget(
     fixed_lines: list[str], recalled_lines: list[str], max_chars: int
 ) -> tuple[list[str], list[str], tuple[int, int]]:
     # Called when not everything fits, so the note is always shown. Each
@@ -141,7 +143,7 @@ def _fit(
     shown_fixed = 0
     for line in fixed_lines:
         cost = 1 + len(line) + (0 if shown_fixed else 1 + len(FIXED_HEADER))
-        if used + cost + _note_size(all_fixed - shown_fixed - 1, all_saved) > max_chars:
+        if used + cost + _omitted_note_size(all_fixed - shown_fixed - 1, all_saved) > max_chars:
             break
         used += cost
         shown_fixed += 1
@@ -149,7 +151,7 @@ def _fit(
     shown_saved = 0
     for line in reversed(recalled_lines):
         cost = 1 + len(line) + (0 if shown_saved else 1 + len(RECALLED_HEADER))
-        if used + cost + _note_size(left_fixed, all_saved - shown_saved - 1) > max_chars:
+        if used + cost + _omitted_note_size(left_fixed, all_saved - shown_saved - 1) > max_chars:
             break
         used += cost
         shown_saved += 1
@@ -160,7 +162,7 @@ def _fit(
     )
 
 
-def _size(fixed_lines: list[str], recalled_lines: list[str]) -> int:
+def _block_size(fixed_lines: list[str], recalled_lines: list[str]) -> int:
     size = len(HEADER)
     if fixed_lines:
         size += 1 + len(FIXED_HEADER) + sum(1 + len(line) for line in fixed_lines)
@@ -169,7 +171,7 @@ def _size(fixed_lines: list[str], recalled_lines: list[str]) -> int:
     return size
 
 
-def _note_size(left_fixed: int, left_saved: int) -> int:
+def _omitted_note_size(left_fixed: int, left_saved: int) -> int:
     # Counted even for (0, 0), the candidate that shows everything: that one
     # is already known not to fit, and counting a note only makes it fit less.
     return 1 + len(OMITTED.format(fixed=left_fixed, saved=left_saved))

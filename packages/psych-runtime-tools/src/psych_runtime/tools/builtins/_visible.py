@@ -38,12 +38,12 @@ _NOT_ASCII: Final = re.compile("[^\x00-\x7e]")
 
 def json_line(entry: dict[str, str]) -> str:
     """Return ``entry`` as JSON on one line, every hidden character escaped."""
-    return _NOT_ASCII.sub(_visible, json.dumps(entry, ensure_ascii=False))
+    return _NOT_ASCII.sub(_escaped_if_hidden, json.dumps(entry, ensure_ascii=False))
 
 
-def _visible(match: re.Match[str]) -> str:
+def _escaped_if_hidden(match: re.Match[str]) -> str:
     char = match.group()
-    return _escape(char) if _is_hidden(char) else char
+    return _json_escape(char) if _is_hidden(char) else char
 
 
 @functools.lru_cache(maxsize=4096)
@@ -51,7 +51,7 @@ def _is_hidden(char: str) -> bool:
     return unicodedata.category(char) in _INVISIBLE_CATEGORIES or ord(char) in _INVISIBLE_MARKS
 
 
-def _escape(char: str) -> str:
+def _json_escape(char: str) -> str:
     # json.dumps with its default ensure_ascii writes exactly the escape a
     # JSON reader turns back into this character.
     return json.dumps(char)[1:-1]
