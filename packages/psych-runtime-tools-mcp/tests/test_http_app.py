@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -14,7 +15,7 @@ from mcp.server.auth.provider import AccessToken
 from starlette.applications import Starlette
 
 from psych_runtime.memory.inproc import InProcessMemory
-from psych_runtime.tools.mcp import KeysUnavailableError, memory_http_app
+from psych_runtime.tools.mcp import KeysUnavailableError, memory_http_app, memory_server
 
 if TYPE_CHECKING:
     from conftest import PythonAnswer
@@ -165,3 +166,21 @@ def test_session_settings_out_of_range_are_refused(
 ) -> None:
     with pytest.raises(error, match=r"max_sessions|session_idle_timeout"):
         app(**settings)
+
+
+@pytest.mark.parametrize(
+    ("limits", "error", "words"),
+    [
+        ({"max_facts": 0}, ValueError, "max_facts must be None or at least 1 (got 0)"),
+        ({"max_fact_length": "300"}, TypeError, "max_fact_length must be None or an int"),
+        ({"max_prompt_chars": 10}, ValueError, "max_prompt_chars must be at least"),
+        ({"max_fact": 10}, TypeError, "max_fact"),
+    ],
+)
+def test_tool_limits_are_refused_when_the_servers_are_built(
+    limits: dict[str, Any], error: type[Exception], words: str
+) -> None:
+    with pytest.raises(error, match=re.escape(words)):
+        app(**limits)
+    with pytest.raises(error, match=re.escape(words)):
+        memory_server(InProcessMemory(), scope="acme", end_user_id="alice", **limits)
