@@ -469,16 +469,16 @@ def count(url: str, tenant: str | None, end_user: str | None) -> int:
         raise CommandError(
             "--user", "needs --tenant: end users are counted within a tenant", ExitCode.USAGE
         )
-    if tenant is not None:
-        key = checked_key(tenant, end_user if end_user is not None else "-")
+    name = checked_tenant(tenant) if tenant is not None else None
+    key = checked_key(name, end_user) if name is not None and end_user is not None else None
 
     async def body() -> int:
         with refusals_naming(_ONE_STORE):
             async with opened(url, "URL", must_exist=True) as store:
-                if tenant is not None and end_user is not None:
+                if key is not None:
                     total = await count_facts(store, key)
                 else:
-                    total = await count_stored(store, key.tenant if tenant is not None else None)
+                    total = await count_stored(store, name)
         click.echo(str(total))
         return ExitCode.DONE
 

@@ -8,7 +8,13 @@ from functools import partial
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from psych_runtime.memory.port import InvalidInputError, MemoryKey, MemoryStore, MemoryStoreError
+from psych_runtime.memory.port import (
+    InvalidInputError,
+    MemoryKey,
+    MemoryStore,
+    MemoryStoreError,
+    validate_scope,
+)
 
 from ._errors import (
     FactsForgottenError,
@@ -87,8 +93,10 @@ def checked_key(tenant: str, end_user_id: str) -> MemoryKey:
 
 def checked_tenant(tenant: str) -> str:
     """The tenant the option names, or a usage error naming ``--tenant``."""
-    # Any valid end-user id serves to check the tenant by the port's one rule.
-    return checked_key(tenant, "-").tenant
+    try:
+        return validate_scope(tenant)
+    except InvalidInputError as exc:
+        raise CommandError("--tenant", exc.rule, ExitCode.USAGE) from None
 
 
 @contextmanager
