@@ -134,7 +134,11 @@ def _shared_rule(error: OperationRefusedError) -> str:
 
 
 def _refuse_bad_file(url: str, argument: str, *, must_exist: bool) -> None:
-    # Called once the backend accepted the URL: its path is a file's.
+    # Called once the backend accepted the URL: its path is a file's. The
+    # command checks the file itself, before SQLite's own refusal of a
+    # missing file with create=False: that one is a store failure (exit 3)
+    # whose message holds the path, where the operator's typo is bad usage
+    # (exit 2) in a line that names no path.
     if url_scheme(url) != "sqlite":
         return
     path = Path(unquote(urlsplit(url).path[1:]))
