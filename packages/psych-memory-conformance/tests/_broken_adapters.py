@@ -22,7 +22,6 @@ import anyio.lowlevel
 from psych_runtime.memory.inproc import InProcessMemory
 from psych_runtime.memory.inproc._facts import Facts
 from psych_runtime.memory.port import (
-    InvalidInputError,
     Memory,
     MemoryKey,
     Scope,
@@ -56,11 +55,7 @@ def refuses_when_closed(method: _Method) -> _Method:
 
 
 class Correct(InProcessMemory):
-    """The in-process adapter, with its optional capabilities: the kit must pass it.
-
-    The capabilities are written here so that their checks run, and so that
-    adapters breaking them can be built on it.
-    """
+    """The in-process adapter, with every optional capability: the kit must pass it."""
 
     __slots__ = ()
 
@@ -68,36 +63,12 @@ class Correct(InProcessMemory):
         """The backdoor: rows held for ``key``, hidden ones included."""
         return len(self._facts.get(key, {}))
 
-    async def tenants(self) -> tuple[str, ...]:
+    def _hold(self, fact: Memory, operation: str) -> None:
+        """Keep ``fact`` as the adapter keeps a new one: the only write below its checks."""
         with self._lock:
             if self._closed:
-                raise StoreClosedError("tenants")
-            return tuple(sorted({key.tenant for key, facts in self._facts.items() if facts}))
-
-    async def end_users(self, scope: Scope) -> tuple[str, ...]:
-        tenant = memory_key(scope, "anyone").tenant
-        with self._lock:
-            if self._closed:
-                raise StoreClosedError("end_users")
-            held = [key for key, facts in self._facts.items() if facts and key.tenant == tenant]
-        return tuple(sorted(key.end_user_id for key in held))
-
-    async def restore(self, memory: Memory) -> bool:
-        if not isinstance(memory, Memory):
-            raise TypeError(f"memory must be a Memory, not {type(memory).__name__}")
-        validate_restored_id(memory.id)
-        validate_content(memory.content)
-        with self._lock:
-            if self._closed:
-                raise StoreClosedError("restore")
-            for facts in self._facts.values():
-                held = facts.get(memory.id)
-                if held is not None:
-                    if held == memory:
-                        return False
-                    raise InvalidInputError("memory.id", "is the id of a different stored fact")
-            self._add_locked(memory)
-            return True
+                raise StoreClosedError(operation)
+            self._add_locked(fact)
 
 
 class NewestFirst(Correct):
@@ -149,8 +120,7 @@ class OrdersByTimestamp(Correct):
     async def remember(self, scope: Scope, end_user_id: str, content: str) -> Memory:
         key = memory_key(scope, end_user_id)
         fact = Memory(str(next(self._ids)), key, validate_content(content), self._now)
-        with self._lock:
-            self._add_locked(fact)
+        self._hold(fact, "remember")
         return fact
 
     @refuses_when_closed
@@ -298,8 +268,7 @@ class ValidatesAfterStoring(Correct):
     async def remember(self, scope: Scope, end_user_id: str, content: str) -> Memory:
         key = memory_key(scope, end_user_id)
         fact = Memory(uuid4().hex, key, content, datetime.now(UTC))
-        with self._lock:
-            self._add_locked(fact)
+        self._hold(fact, "remember")
         validate_content(content)
         return fact
 
@@ -452,10 +421,7 @@ class CancelledRememberLandsLater(_LandsLater):
         fact = Memory(uuid4().hex, key, validate_content(content), datetime.now(UTC))
 
         def insert() -> None:
-            with self._lock:
-                if self._closed:
-                    raise StoreClosedError("remember")
-                self._add_locked(fact)
+            self._hold(fact, "remember")
 
         await self._send(insert)
         return fact
@@ -537,7 +503,7 @@ class RestoreOverwrites(Correct):
         with self._lock:
             for facts in self._facts.values():
                 facts.discard(memory.id)
-            self._add_locked(memory)
+        self._hold(memory, "restore")
         return True
 
 
