@@ -548,24 +548,29 @@ class PagesAnyKeysFact(_AlteredPages):
         return facts[start : start + validate_page(after, asked.size)[1]]
 
 
-class PagesRefuseGarbageWrongly(_AlteredPages):
+class _StaleRefusedAs(_AlteredPages):
+    """A stale page refused with an error of its own: `_instead`, its class and words."""
+
+    __slots__ = ()
+    _instead: ClassVar[tuple[type[Exception], str]]
+
+    async def _refused(self, asked: _Asked, refusal: InvalidInputError) -> tuple[Memory, ...]:
+        if isinstance(refusal, StalePageError):
+            error, words = self._instead
+            raise error(words) from None
+        raise refusal
+
+
+class PagesRefuseGarbageWrongly(_StaleRefusedAs):
     """Raises a KeyError of its own for an id it never held."""
 
     __slots__ = ()
-
-    async def _refused(self, asked: _Asked, refusal: InvalidInputError) -> tuple[Memory, ...]:
-        if isinstance(refusal, StalePageError):
-            raise KeyError("no such row") from None
-        raise refusal
+    _instead = (KeyError, "no such row")
 
 
-class PagesStaleNamingAnotherArgument(_AlteredPages):
+class PagesStaleNamingAnotherArgument(_StaleRefusedAs):
     __slots__ = ()
-
-    async def _refused(self, asked: _Asked, refusal: InvalidInputError) -> tuple[Memory, ...]:
-        if isinstance(refusal, StalePageError):
-            raise StalePageError("cursor") from None
-        raise refusal
+    _instead = (StalePageError, "cursor")
 
 
 class PagesAcceptAnySize(_AlteredPages):
