@@ -108,11 +108,13 @@ class InProcessMemory(MemoryStore):
         content = validate_content(content)
         memory = Memory(new_memory_id(), key, content, datetime.now(UTC))
         with self._lock:
-            self._add_locked(self._open_table("remember"), memory)
+            self._open_table("remember")
+            self._add_locked(memory)
         return memory
 
-    def _add_locked(self, table: dict[MemoryKey, Facts], memory: Memory) -> None:
+    def _add_locked(self, memory: Memory) -> None:
         # Called with the lock held, for an id the store does not hold.
+        table = self._facts
         facts = table.get(memory.key)
         if facts is None:
             facts = table[memory.key] = Facts()
@@ -261,5 +263,5 @@ class InProcessMemory(MemoryStore):
                 held[memory.id] = holder[memory.id]
         fresh = plan.to_store(held)
         for memory in fresh:
-            self._add_locked(table, memory)
+            self._add_locked(memory)
         return len(fresh)
