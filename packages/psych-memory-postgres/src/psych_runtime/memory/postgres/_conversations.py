@@ -9,12 +9,17 @@ work instead of repeating it.
 from __future__ import annotations
 
 import json
-import secrets
 from datetime import UTC, datetime
 from time import monotonic
 from typing import Any, Final
 
-from psych_runtime.memory.port import InvalidInputError, Memory, MemoryKey, StalePageError
+from psych_runtime.memory.port import (
+    InvalidInputError,
+    Memory,
+    MemoryKey,
+    StalePageError,
+    new_memory_id,
+)
 
 from ._replays import Conversation
 from ._schema import Statements
@@ -26,7 +31,6 @@ __all__ = [
     "erase_few",
     "fact_counts",
     "forget",
-    "new_id",
     "recall",
     "recall_page",
     "remember",
@@ -56,11 +60,6 @@ _MAX_BATCH: Final = 50_000
 _BEFORE_ANY_SEQ: Final = -(2**63)
 
 
-def new_id() -> str:
-    """A fresh id: 128 random bits as 32 hexadecimal digits."""
-    return secrets.token_hex(16)
-
-
 def remember(sql: Statements, key: MemoryKey, content: str, memory_id: str) -> Conversation[Memory]:
     """Insert the fact under ``memory_id``; a replay returns the row already stored."""
     while True:
@@ -79,7 +78,7 @@ def remember(sql: Statements, key: MemoryKey, content: str, memory_id: str) -> C
             return Memory(memory_id, key, content, utc(created_at))
         # Another fact holds this id: 128 random bits make this a
         # curiosity, but a new id is all it takes.
-        memory_id = new_id()
+        memory_id = new_memory_id()
 
 
 def restore_many(
@@ -150,7 +149,7 @@ def forget(sql: Statements, key: MemoryKey, memory_id: str) -> Conversation[bool
     return deleted == 1
 
 
-def recall(sql: Statements, key: MemoryKey, limit: int | None) -> Conversation[tuple[Memory, ...]]:
+def recall(sql: Statements, key: MemoryKey, limit: int) -> Conversation[tuple[Memory, ...]]:
     """Read the key's facts, oldest first."""
     rows, _ = yield (sql.recall, (key.tenant, key.end_user_id, limit))
     return tuple([Memory(row[0], key, row[1], utc(row[2])) for row in rows])

@@ -21,18 +21,21 @@ from psych_runtime.memory.port import (
     Scope,
     StalePageError,
     StoreClosedError,
+    bounded_limit,
     memory_key,
+    new_memory_id,
     validate_content,
-    validate_key_part,
     validate_limit,
     validate_memory_id,
     validate_page,
     validate_restored,
     validate_restored_id,
     validate_restored_many,
+    validate_scope,
+    validate_seconds,
 )
 
-from . import _conversations as talk
+from . import _conversations as conversations
 from ._durability import DeletionDurability, deletion_durability
 from ._errors import ConnectionRefusedByServerError, SchemaVersionError, StoreUnavailableError
 from ._replays import Call, Conversation
@@ -63,11 +66,6 @@ DEFAULT_LOCK_TIMEOUT: Final = 2.0
 
 DEFAULT_POOL_TIMEOUT: Final = 30.0
 """Seconds `PostgresMemory.connect` waits for a free connection."""
-
-# LIMIT takes a bigint; a larger limit means "all of them" anyway.
-_MAX_LIMIT: Final = 2**63 - 1
-
-_MISSING: Final = object()
 
 # Words of libpq or the server for a refusal that may pass by itself: the
 # pool keeps trying these until its timeout, as for a server not reachable.
@@ -346,7 +344,12 @@ class PostgresMemory(MemoryStore):
         """
         self._check_open("setup")
         _, found = await self._runner.run(
-            Call("setup", partial(talk.schema_version, self._sql), replayable=True, changes=False)
+            Call(
+                "setup",
+                partial(conversations.schema_version, self._sql),
+                replayable=True,
+                changes=False,
+            )
         )
         if found is None or found < SCHEMA_VERSION:
             await self._runner.run(
@@ -399,9 +402,11 @@ class PostgresMemory(MemoryStore):
         """
         key = memory_key(scope, end_user_id)
         content = validate_content(content)
-        memory_id = talk.new_id()
+        memory_id = new_memory_id()
         return await self._run(
-            "remember", partial(talk.remember, self._sql, key, content, memory_id), replayable=True
+            "remember",
+            partial(conversations.remember, self._sql, key, content, memory_id),
+            replayable=True,
         )
 
     async def forget(self, scope: Scope, end_user_id: str, memory_id: str) -> bool:
@@ -429,7 +434,7 @@ class PostgresMemory(MemoryStore):
             self._check_open("forget")
             return False
         return await self._run(
-            "forget", partial(talk.forget, self._sql, key, memory_id), replayable=False
+            "forget", partial(conversations.forget, self._sql, key, memory_id), replayable=False
         )
 
     async def recall(
@@ -450,9 +455,11 @@ class PostgresMemory(MemoryStore):
         """
         key = memory_key(scope, end_user_id)
         limit = validate_limit(limit)
-        bounded = None if limit is None else min(limit, _MAX_LIMIT)
         return await self._run(
-            "recall", partial(talk.recall, self._sql, key, bounded), replayable=True, changes=False
+            "recall",
+            partial(conversations.recall, self._sql, key, bounded_limit(limit)),
+            replayable=True,
+            changes=False,
         )
 
     async def recall_page(
@@ -487,7 +494,7 @@ class PostgresMemory(MemoryStore):
                 raise StalePageError from None
         return await self._run(
             "recall_page",
-            partial(talk.recall_page, self._sql, key, after, size),
+            partial(conversations.recall_page, self._sql, key, after, size),
             replayable=True,
             changes=False,
         )
@@ -532,13 +539,13 @@ class PostgresMemory(MemoryStore):
         """
         key = memory_key(scope, end_user_id)
         deleted = await self._run(
-            "erase", partial(talk.erase_few, self._sql, key), replayable=False
+            "erase", partial(conversations.erase_few, self._sql, key), replayable=False
         )
         if deleted is not None:
             return deleted
         return await self._run(
             "erase",
-            partial(talk.erase, self._sql, key, self._statement_timeout),
+            partial(conversations.erase, self._sql, key, self._statement_timeout),
             replayable=False,
             transaction=True,
         )
@@ -581,7 +588,7 @@ class PostgresMemory(MemoryStore):
             StoreClosedError: The store was closed.
         """
         return await self._run(
-            "tenants", partial(talk.tenants, self._sql), replayable=True, changes=False
+            "tenants", partial(conversations.tenants, self._sql), replayable=True, changes=False
         )
 
     async def end_users(self, scope: Scope) -> tuple[str, ...]:
@@ -594,9 +601,12 @@ class PostgresMemory(MemoryStore):
             StoreUnavailableError: The server could not complete the call.
             StoreClosedError: The store was closed.
         """
-        tenant = _tenant_of(scope)
+        tenant = validate_scope(scope)
         return await self._run(
-            "end_users", partial(talk.end_users, self._sql, tenant), replayable=True, changes=False
+            "end_users",
+            partial(conversations.end_users, self._sql, tenant),
+            replayable=True,
+            changes=False,
         )
 
     async def fact_counts(self, scope: Scope) -> dict[str, int]:
@@ -611,10 +621,10 @@ class PostgresMemory(MemoryStore):
             StoreUnavailableError: The server could not complete the call.
             StoreClosedError: The store was closed.
         """
-        tenant = _tenant_of(scope)
+        tenant = validate_scope(scope)
         return await self._run(
             "fact_counts",
-            partial(talk.fact_counts, self._sql, tenant),
+            partial(conversations.fact_counts, self._sql, tenant),
             replayable=True,
             changes=False,
         )
@@ -645,7 +655,7 @@ class PostgresMemory(MemoryStore):
         memory = validate_restored(memory)
         stored = await self._run(
             "restore",
-            partial(talk.restore_many, self._sql, (memory,), alone=True),
+            partial(conversations.restore_many, self._sql, (memory,), alone=True),
             replayable=True,
             transaction=True,
         )
@@ -676,7 +686,7 @@ class PostgresMemory(MemoryStore):
             return 0
         return await self._run(
             "restore_many",
-            partial(talk.restore_many, self._sql, checked),
+            partial(conversations.restore_many, self._sql, checked),
             replayable=True,
             transaction=True,
         )
@@ -712,7 +722,7 @@ class PostgresMemory(MemoryStore):
         exists, found = await self._runner.run(
             Call(
                 operation,
-                partial(talk.schema_version, self._sql),
+                partial(conversations.schema_version, self._sql),
                 replayable=True,
                 changes=False,
             )
@@ -726,26 +736,8 @@ def _setup_conversation(schema: str) -> Conversation[None]:
     yield from setup_steps(schema)
 
 
-def _tenant_of(scope: object) -> str:
-    if isinstance(scope, str):
-        return validate_key_part(scope, "scope")
-    candidate = getattr(scope, "tenant", _MISSING)
-    if candidate is _MISSING:
-        raise TypeError(
-            "scope must be a str or an object with a str attribute 'tenant', "
-            f"not {type(scope).__qualname__}"
-        )
-    return validate_key_part(candidate, "scope.tenant")
-
-
-def _seconds(value: object, argument: str) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"{argument} must be a number of seconds or None")
-    if not value > 0 or value == float("inf"):
-        raise ValueError(f"{argument} must be a positive, finite number of seconds")
-    return float(value)
+def _seconds(value: float | None, argument: str) -> float | None:
+    return None if value is None else validate_seconds(value, argument)
 
 
 def _session_in_utc(conn: Connection[Any]) -> None:

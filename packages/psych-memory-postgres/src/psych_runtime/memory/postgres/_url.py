@@ -7,7 +7,6 @@ unchanged (host lists, ``sslmode``, ``application_name``, ...).
 
 from __future__ import annotations
 
-import math
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -16,6 +15,8 @@ from typing import Final
 from urllib.parse import unquote, urlsplit
 
 from psycopg.pq import Conninfo
+
+from psych_runtime.memory.port import validate_seconds
 
 from ._schema import DEFAULT_SCHEMA, validate_schema_name
 from ._store import (
@@ -184,12 +185,9 @@ def _size(minimum: int) -> Callable[[str, str], int]:
 
 def _seconds(name: str, value: str) -> float:
     try:
-        seconds = float(value)
+        return validate_seconds(float(value), name)
     except ValueError:
-        seconds = math.nan
-    if not (seconds > 0 and math.isfinite(seconds)):
-        raise ValueError(f"url option {name!r} must be a positive number of seconds")
-    return seconds
+        raise ValueError(f"url option {name!r} must be a positive number of seconds") from None
 
 
 def _schema(name: str, value: str) -> str:
