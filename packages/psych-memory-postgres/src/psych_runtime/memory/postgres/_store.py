@@ -387,18 +387,8 @@ class PostgresMemory(MemoryStore):
         The id is chosen before the statement runs. If the connection breaks
         during the call, the insert is replayed on a fresh connection and
         finds the row the first attempt stored, if any: the fact is stored
-        exactly once.
-
-        Raises:
-            TypeError: An argument has the wrong type.
-            InvalidKeyError: The tenant or end-user id breaks a key rule.
-            InvalidContentError: The content breaks a content rule.
-            SchemaVersionError: The schema is missing, older or newer than
-                this code.
-            StoreUnavailableError: The server could not complete the call;
-                ``may_have_taken_effect`` is ``True`` only when every
-                attempt broke and the first may have committed.
-            StoreClosedError: The store was closed.
+        exactly once. `StoreUnavailableError` says ``may_have_taken_effect``
+        only when every attempt broke and the first may have committed.
         """
         key = memory_key(scope, end_user_id)
         content = validate_content(content)
@@ -413,17 +403,9 @@ class PostgresMemory(MemoryStore):
         """Delete one fact with one ``DELETE`` keyed on it; see `MemoryStore.forget`.
 
         An id no store could hand out (see `validate_restored_id`) answers
-        ``False`` without a statement.
-
-        Raises:
-            TypeError: An argument has the wrong type.
-            InvalidKeyError: The tenant or end-user id breaks a key rule.
-            SchemaVersionError: The schema is missing, older or newer than
-                this code.
-            StoreUnavailableError: The server could not complete the call.
-                Never replayed: when the connection broke after the
-                ``DELETE`` was sent, ``may_have_taken_effect`` is ``True``.
-            StoreClosedError: The store was closed.
+        ``False`` without a statement. Never replayed: when the connection
+        broke after the ``DELETE`` was sent, `StoreUnavailableError` says
+        ``may_have_taken_effect``.
         """
         key = memory_key(scope, end_user_id)
         memory_id = validate_memory_id(memory_id)
@@ -443,15 +425,6 @@ class PostgresMemory(MemoryStore):
         """Read the key's facts in sequence order with one ``SELECT``; see `MemoryStore.recall`.
 
         Replayed on a fresh connection if the connection breaks.
-
-        Raises:
-            TypeError: An argument has the wrong type.
-            InvalidKeyError: The tenant or end-user id breaks a key rule.
-            InvalidLimitError: ``limit`` is negative.
-            SchemaVersionError: The schema is missing, older or newer than
-                this code.
-            StoreUnavailableError: The server could not complete the call.
-            StoreClosedError: The store was closed.
         """
         key = memory_key(scope, end_user_id)
         limit = validate_limit(limit)
@@ -473,15 +446,8 @@ class PostgresMemory(MemoryStore):
         connection if the connection breaks.
 
         Raises:
-            TypeError: An argument has the wrong type.
-            InvalidKeyError: The tenant or end-user id breaks a key rule.
-            InvalidInputError: ``size`` is not between 1 and ``MAX_PAGE_SIZE``.
-            StalePageError: The key holds no fact ``after``.
-            SchemaVersionError: The schema is missing, older or newer.
-            StoreUnavailableError: The server could not complete the call.
             PostgresMemoryError: A stored time lies outside the years 1 to
                 9999 (a row this adapter did not write).
-            StoreClosedError: The store was closed.
         """
         key = memory_key(scope, end_user_id)
         after, size = validate_page(after, size)
@@ -522,20 +488,10 @@ class PostgresMemory(MemoryStore):
           before ``COMMIT`` is sent, the server rolls the transaction back
           and it is replayed on a fresh connection.
 
-        Returns:
-            How many facts were deleted.
-
-        Raises:
-            TypeError: An argument has the wrong type.
-            InvalidKeyError: The tenant or end-user id breaks a key rule.
-            SchemaVersionError: The schema is missing, older or newer than
-                this code.
-            StoreUnavailableError: The server could not complete the call;
-                nothing was deleted, unless the connection broke after the
-                single statement was sent or while the ``COMMIT`` was on
-                its way (``may_have_taken_effect`` is then ``True``; a
-                retry deletes whatever is left).
-            StoreClosedError: The store was closed.
+        A `StoreUnavailableError` means nothing was deleted, unless the
+        connection broke after the single statement was sent or while the
+        ``COMMIT`` was on its way (``may_have_taken_effect`` is then
+        ``True``; a retry deletes whatever is left).
         """
         key = memory_key(scope, end_user_id)
         deleted = await self._run(
@@ -582,10 +538,7 @@ class PostgresMemory(MemoryStore):
     async def tenants(self) -> tuple[str, ...]:
         """Every tenant with at least one fact, sorted by code point.
 
-        Raises:
-            SchemaVersionError: The schema is missing, older or newer.
-            StoreUnavailableError: The server could not complete the call.
-            StoreClosedError: The store was closed.
+        See `ListsEndUsers.tenants`.
         """
         return await self._run(
             "tenants", partial(conversations.tenants, self._sql), replayable=True, changes=False
@@ -594,12 +547,7 @@ class PostgresMemory(MemoryStore):
     async def end_users(self, scope: Scope) -> tuple[str, ...]:
         """Every end user of the tenant with at least one fact, sorted by code point.
 
-        Raises:
-            TypeError: ``scope`` has the wrong type.
-            InvalidKeyError: The tenant breaks a key rule.
-            SchemaVersionError: The schema is missing, older or newer.
-            StoreUnavailableError: The server could not complete the call.
-            StoreClosedError: The store was closed.
+        See `ListsEndUsers.end_users`.
         """
         tenant = validate_scope(scope)
         return await self._run(
@@ -613,13 +561,6 @@ class PostgresMemory(MemoryStore):
         """How many facts each end user of the tenant holds, with one query.
 
         See `CountsFacts.fact_counts`.
-
-        Raises:
-            TypeError: ``scope`` has the wrong type.
-            InvalidKeyError: The tenant breaks a key rule.
-            SchemaVersionError: The schema is missing, older or newer.
-            StoreUnavailableError: The server could not complete the call.
-            StoreClosedError: The store was closed.
         """
         tenant = validate_scope(scope)
         return await self._run(
@@ -636,21 +577,6 @@ class PostgresMemory(MemoryStore):
         store, every tenant included. Replayed on a fresh connection if the
         connection breaks; a replay that finds the first attempt's row
         answers ``False``.
-
-        Returns:
-            ``True`` if stored; ``False`` if this key already holds that
-            exact fact (same id, content and ``created_at``).
-
-        Raises:
-            TypeError: ``memory`` is not a `Memory`, or its ``created_at``
-                not a `datetime`.
-            InvalidContentError: The content breaks a content rule.
-            InvalidInputError: The id is not restorable, ``created_at`` has
-                no time zone, or the store holds a different fact with that
-                id. Nothing was stored.
-            SchemaVersionError: The schema is missing, older or newer.
-            StoreUnavailableError: The server could not complete the call.
-            StoreClosedError: The store was closed.
         """
         memory = validate_restored(memory)
         stored = await self._run(
@@ -668,17 +594,6 @@ class PostgresMemory(MemoryStore):
         restored id must be free in the whole store, every tenant included.
         Replayed on a fresh connection if the connection breaks; a replay
         that finds the first attempt's rows does not count them again.
-
-        Returns:
-            How many facts were stored.
-
-        Raises:
-            TypeError: As `RestoresFacts.restore_many`.
-            InvalidContentError: As `RestoresFacts.restore_many`.
-            InvalidInputError: As `RestoresFacts.restore_many`; nothing was stored.
-            SchemaVersionError: The schema is missing, older or newer.
-            StoreUnavailableError: The server could not complete the call.
-            StoreClosedError: The store was closed.
         """
         checked = validate_restored_many(memories)
         if not checked:
