@@ -73,26 +73,7 @@ def parse_url(url: object) -> UrlOptions:
         raise ValueError("url must start with postgresql:// or postgres://")
     if parts.fragment:
         raise ValueError("url must not have a fragment ('#...')")
-    ours: dict[str, str] = {}
-    passed: list[str] = []
-    known = _libpq_keywords()
-    # Split by hand: libpq decodes percent escapes only (a "+" stays a
-    # "+"), so the items libpq reads are passed on exactly as written.
-    for item in parts.query.split("&") if parts.query else ():
-        raw_name, equals, raw_value = item.partition("=")
-        if not equals or not raw_name:
-            raise ValueError("url has a malformed query string (each option needs name=value)")
-        name = unquote(raw_name)
-        if name in _READERS:
-            if name in ours:
-                raise ValueError(f"url gives the option {name!r} more than once")
-            ours[name] = unquote(raw_value)
-        elif name in known:
-            passed.append(item)
-        else:
-            raise ValueError(f"url has an unknown option {_shown(name)}")
-    options = {name: _READERS[name](name, value) for name, value in ours.items()}
-    query = "&".join(passed)
+    options, query = _options(parts.query)
     # Rebuilt from the URL as written, not by urlunsplit, which drops the
     # "//" of an empty host ("postgresql:///db?host=h1,h2&port=5432,5433",
     # or libpq's default host) and turns the URL into one libpq refuses.
@@ -105,6 +86,30 @@ def parse_url(url: object) -> UrlOptions:
     if result.min_size > result.max_size:
         raise ValueError("url option 'min_size' must not exceed 'max_size'")
     return result
+
+
+def _options(query: str) -> tuple[dict[str, object], str]:
+    # This adapter's options, read, and the query string of the items left
+    # for libpq.
+    ours: dict[str, str] = {}
+    passed: list[str] = []
+    known = _libpq_keywords()
+    # Split by hand: libpq decodes percent escapes only (a "+" stays a
+    # "+"), so the items libpq reads are passed on exactly as written.
+    for item in query.split("&") if query else ():
+        raw_name, equals, raw_value = item.partition("=")
+        if not equals or not raw_name:
+            raise ValueError("url has a malformed query string (each option needs name=value)")
+        name = unquote(raw_name)
+        if name in _READERS:
+            if name in ours:
+                raise ValueError(f"url gives the option {name!r} more than once")
+            ours[name] = unquote(raw_value)
+        elif name in known:
+            passed.append(item)
+        else:
+            raise ValueError(f"url has an unknown option {_shown(name)}")
+    return {name: _READERS[name](name, value) for name, value in ours.items()}, "&".join(passed)
 
 
 @asynccontextmanager
