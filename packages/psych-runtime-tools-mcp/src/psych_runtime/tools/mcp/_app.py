@@ -195,22 +195,11 @@ def http_app(  # noqa: PLR0913 - keyword-only settings
     allowed_hosts: Sequence[str],
     allowed_origins: Sequence[str],
 ) -> Starlette:
-    """The app `memory_http_app` serves, from settings already checked.
+    """Return the app `memory_http_app` serves, from settings already checked.
 
-    Args:
-        bind: Returns the tools of the request's end user (`token_binder`).
-        verifier: As for `memory_http_app`.
-        issuer_url: As for `memory_http_app`.
-        resource_server_url: As for `memory_http_app`.
-        required_scopes: As for `memory_http_app`.
-        host: As for `memory_http_app`.
-        path: As for `memory_http_app`.
-        sessions: The bounds on open sessions.
-        allowed_hosts: As for `memory_http_app`.
-        allowed_origins: As for `memory_http_app`.
-
-    Returns:
-        The Starlette app.
+    ``bind`` returns the tools of each request's end user (`token_binder`)
+    and ``sessions`` bounds the open sessions; every other setting is as for
+    `memory_http_app`.
     """
     server = build_server(bind, name=SERVER_NAME, arguments_as_sent=True)
     auth = AuthSettings(
