@@ -161,30 +161,51 @@ class CountingIds(broken.Correct):
         return fact
 
 
-async def test_a_wrong_exception_type_breaks_rule_6(tmp_path: Path, anyio_backend: str) -> None:
-    contract = prepared(WrongErrorType, tmp_path, anyio_backend)
-    with pytest.raises(RuleViolationError, match="raised ValueError; it must raise") as info:
-        await contract.test_rule6_invalid_content_is_refused_and_stores_nothing()
-    assert info.value.rule == 6
-
-
-async def test_repeating_the_value_breaks_rule_6(tmp_path: Path, anyio_backend: str) -> None:
-    contract = prepared(EchoesTheValue, tmp_path, anyio_backend)
-    with pytest.raises(RuleViolationError, match="repeats the value") as info:
-        await contract.test_rule6_invalid_content_is_refused_and_stores_nothing()
-    assert info.value.rule == 6
-
-
-async def test_not_naming_the_argument_breaks_rule_6(tmp_path: Path, anyio_backend: str) -> None:
-    contract = prepared(ForgetsTheArgumentName, tmp_path, anyio_backend)
-    with pytest.raises(RuleViolationError, match="does not name the argument 'scope'"):
-        await contract.test_rule6_invalid_keys_are_refused_and_change_nothing()
-
-
-async def test_accepting_a_negative_limit_breaks_rule_6(tmp_path: Path, anyio_backend: str) -> None:
-    contract = prepared(IgnoresNegativeLimit, tmp_path, anyio_backend)
-    with pytest.raises(RuleViolationError, match=r"recall with limit -1 was accepted"):
-        await contract.test_rule6_invalid_limit_is_refused()
+# Single calls the kit judges wrong: the store, the check, the rule it blames, its words.
+_BROKEN_CALLS = [
+    (
+        WrongErrorType,
+        "test_rule6_invalid_content_is_refused_and_stores_nothing",
+        6,
+        "raised ValueError; it must raise",
+    ),
+    (
+        EchoesTheValue,
+        "test_rule6_invalid_content_is_refused_and_stores_nothing",
+        6,
+        "repeats the value",
+    ),
+    (
+        ForgetsTheArgumentName,
+        "test_rule6_invalid_keys_are_refused_and_change_nothing",
+        6,
+        "does not name the argument 'scope'",
+    ),
+    (
+        IgnoresNegativeLimit,
+        "test_rule6_invalid_limit_is_refused",
+        6,
+        r"recall with limit -1 was accepted",
+    ),
+    (
+        ForgetAnswersInt,
+        "test_rule2_forget_deletes_exactly_that_fact",
+        2,
+        "forget returned int, not a bool",
+    ),
+    (
+        broken.ForgetRaisesOnMissing,
+        "test_rule5_keys_are_compared_exactly",
+        2,
+        "forget raised LookupError",
+    ),
+    (
+        broken.NewestFirst,
+        "test_rule1_many_tasks_remembering_on_one_key_lose_no_fact",
+        3,
+        "out of order",
+    ),
+]
 
 
 async def test_forget_raising_breaks_rule_2(tmp_path: Path, anyio_backend: str) -> None:
@@ -193,30 +214,6 @@ async def test_forget_raising_breaks_rule_2(tmp_path: Path, anyio_backend: str) 
         await contract.test_rule2_forget_of_an_unknown_id_is_false()
     assert info.value.rule == 2
     assert isinstance(info.value.__cause__, LookupError)
-
-
-async def test_forget_answering_an_int_breaks_rule_2(tmp_path: Path, anyio_backend: str) -> None:
-    contract = prepared(ForgetAnswersInt, tmp_path, anyio_backend)
-    with pytest.raises(RuleViolationError, match="forget returned int, not a bool"):
-        await contract.test_rule2_forget_deletes_exactly_that_fact()
-
-
-async def test_forget_raising_inside_a_property_check_breaks_rule_2(
-    tmp_path: Path, anyio_backend: str
-) -> None:
-    contract = prepared(broken.ForgetRaisesOnMissing, tmp_path, anyio_backend)
-    with pytest.raises(RuleViolationError, match="forget raised LookupError") as info:
-        await contract.test_rule5_keys_are_compared_exactly()
-    assert info.value.rule == 2
-
-
-async def test_order_lost_under_concurrency_breaks_rule_3(
-    tmp_path: Path, anyio_backend: str
-) -> None:
-    contract = prepared(broken.NewestFirst, tmp_path, anyio_backend)
-    with pytest.raises(RuleViolationError, match="out of order") as info:
-        await contract.test_rule1_many_tasks_remembering_on_one_key_lose_no_fact()
-    assert info.value.rule == 3
 
 
 async def test_the_model_check_finds_a_wrong_erase_count(
@@ -645,6 +642,7 @@ _EDGES = "test_rule11_times_at_the_ends_of_the_range_read_back_exactly"
 @pytest.mark.parametrize(
     ("store_class", "check", "rule", "words"),
     [
+        *_BROKEN_CALLS,
         (PagesAsLists, _PAGES, 13, "returned a list, not a tuple"),
         (PagesPastTheSize, _PAGES, 13, "returned 2 facts, more than size=1"),
         (PagesNeverEnd, _PAGES, 13, "went on past the 67 facts recall returned"),
@@ -672,7 +670,7 @@ _EDGES = "test_rule11_times_at_the_ends_of_the_range_read_back_exactly"
         (ReadsTooEarlyTimesNot, _EDGES, 11, "recall_page of facts restored at the ends"),
     ],
 )
-async def test_a_broken_pager_or_time_is_named(  # noqa: PLR0917 - parametrized.
+async def test_a_broken_call_pager_or_time_is_named(  # noqa: PLR0917 - parametrized.
     tmp_path: Path,
     anyio_backend: str,
     store_class: type[InProcessMemory],
