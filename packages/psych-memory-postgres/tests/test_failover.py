@@ -327,8 +327,11 @@ async def _store(url: str, pool_kind: str) -> AsyncIterator[PostgresMemory]:
 
 _WRITERS = 3
 _ERASERS = 3
-# Failed over once this many calls were acknowledged; done once every task
-# was served this often by the promoted standby.
+# Failed over once this many calls were acknowledged, an erase among them;
+# done once every task was served this often by the promoted standby, and
+# an erase was acknowledged there too. An eraser reaches its first erase
+# only after a dozen calls, so counting calls alone could fail over, and
+# finish, with no erase on either side.
 _ACKS_BEFORE = 60
 _SERVED_AFTER = 5
 
@@ -341,6 +344,7 @@ class _Ledger:
     kept: set[str] = field(default_factory=set)
     forgotten: set[str] = field(default_factory=set)
     erased_users: set[str] = field(default_factory=set)
+    erased_after: int = 0
     acks: int = 0
     failures: int = 0
     uncertain: int = 0
@@ -352,15 +356,23 @@ class _Ledger:
 
     def acknowledged(self, task: str) -> None:
         self.acks += 1
-        if self.acks >= _ACKS_BEFORE:
+        if self.acks >= _ACKS_BEFORE and self.erased_users:
             self.enough_before.set()
         if self.promoted_at is not None:
             self.first_served.setdefault(task, time.monotonic() - self.promoted_at)
             self.served_after[task] = self.served_after.get(task, 0) + 1
-            if len(self.served_after) == self.tasks and all(
-                count >= _SERVED_AFTER for count in self.served_after.values()
+            if (
+                self.erased_after
+                and len(self.served_after) == self.tasks
+                and all(count >= _SERVED_AFTER for count in self.served_after.values())
             ):
                 self.enough_after.set()
+
+    def erased(self, task: str, user: str) -> None:
+        self.erased_users.add(user)
+        if self.promoted_at is not None:
+            self.erased_after += 1
+        self.acknowledged(task)
 
     def failed(self, error: StoreUnavailableError) -> None:
         self.failures += 1
@@ -417,8 +429,7 @@ async def _eraser(store: PostgresMemory, name: str, ledger: _Ledger) -> None:
             except StoreUnavailableError as error:
                 ledger.failed(error)
             else:
-                ledger.erased_users.add(user)
-                ledger.acknowledged(name)
+                ledger.erased(name, user)
 
 
 def _outcome(server: Server, ledger: _Ledger) -> dict[str, int]:
