@@ -14,9 +14,9 @@ from time import monotonic
 from typing import Any, Final
 
 from psych_runtime.memory.port import (
-    InvalidInputError,
     Memory,
     MemoryKey,
+    RestorePlan,
     StalePageError,
     new_memory_id,
 )
@@ -81,25 +81,14 @@ def remember(sql: Statements, key: MemoryKey, content: str, memory_id: str) -> C
         memory_id = new_memory_id()
 
 
-def restore_many(
-    sql: Statements, memories: tuple[Memory, ...], *, alone: bool = False
-) -> Conversation[int]:
-    """Insert, in order, the facts the store does not hold; refuse all on a taken id.
+def restore_many(sql: Statements, plan: RestorePlan) -> Conversation[int]:
+    """Insert, in order, the facts of ``plan`` the store does not hold.
 
-    Run in one transaction: a refusal raised here rolls back everything. The
-    insert skips every id the store holds; only those are then looked at.
-    ``alone``: the one fact of `restore`, named ``memory`` in a refusal
-    rather than by its index.
+    Run in one transaction: the plan's refusal of a taken id, raised here,
+    rolls back everything. The insert skips every id the store holds; only
+    those facts are then looked at.
     """
-    new: dict[str, Memory] = {}
-    given_at: dict[str, int] = {}
-    for index, memory in enumerate(memories):
-        earlier = new.setdefault(memory.id, memory)
-        if earlier is memory:
-            given_at[memory.id] = index
-        elif earlier != memory:
-            raise _taken(index, alone=alone)
-    pending = tuple(new.values())
+    pending = plan.facts
     stored = 0
     while pending:
         rows, _ = yield (sql.restore_many, _columns(pending))
@@ -107,15 +96,14 @@ def restore_many(
         if len(rows) == len(pending):
             break
         inserted = {row[0] for row in rows}
-        skipped = [memory for memory in pending if memory.id not in inserted]
+        skipped = tuple(memory for memory in pending if memory.id not in inserted)
         rows, _ = yield (sql.owners, ([memory.id for memory in skipped],))
-        held = {row[0]: (row[1], row[2], row[3], utc(row[4])) for row in rows}
-        for memory in skipped:
-            found = held.get(memory.id)
-            if found is not None and found != _fields(memory):
-                raise _taken(given_at[memory.id], alone=alone)
+        held = {
+            memory_id: Memory(memory_id, MemoryKey(tenant, end_user_id), content, utc(created_at))
+            for memory_id, tenant, end_user_id, content, created_at in rows
+        }
         # An id whose row went away meanwhile is tried again.
-        pending = tuple(memory for memory in skipped if memory.id not in held)
+        pending = plan.to_store(held, among=skipped)
     return stored
 
 
@@ -132,15 +120,6 @@ def _columns(memories: tuple[Memory, ...]) -> tuple[str, ...]:
         json.dumps([memory.content for memory in memories], ensure_ascii=False),
         json.dumps([memory.created_at.isoformat(timespec="microseconds") for memory in memories]),
     )
-
-
-def _taken(index: int, *, alone: bool) -> InvalidInputError:
-    argument = "memory.id" if alone else f"memories[{index}].id"
-    return InvalidInputError(argument, "is already the id of another fact in this store")
-
-
-def _fields(memory: Memory) -> tuple[str, str, str, datetime]:
-    return (memory.key.tenant, memory.key.end_user_id, memory.content, memory.created_at)
 
 
 def forget(sql: Statements, key: MemoryKey, memory_id: str) -> Conversation[bool]:

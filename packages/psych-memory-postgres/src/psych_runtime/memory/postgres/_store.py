@@ -18,6 +18,7 @@ from psych_runtime.memory.port import (
     InvalidInputError,
     Memory,
     MemoryStore,
+    RestorePlan,
     Scope,
     StalePageError,
     StoreClosedError,
@@ -578,10 +579,10 @@ class PostgresMemory(MemoryStore):
         connection breaks; a replay that finds the first attempt's row
         answers ``False``.
         """
-        memory = validate_restored(memory)
+        plan = RestorePlan((validate_restored(memory),), batch=False)
         stored = await self._run(
             "restore",
-            partial(conversations.restore_many, self._sql, (memory,), alone=True),
+            partial(conversations.restore_many, self._sql, plan),
             replayable=True,
             transaction=True,
         )
@@ -595,13 +596,13 @@ class PostgresMemory(MemoryStore):
         Replayed on a fresh connection if the connection breaks; a replay
         that finds the first attempt's rows does not count them again.
         """
-        checked = validate_restored_many(memories)
-        if not checked:
+        plan = RestorePlan(validate_restored_many(memories), batch=True)
+        if not plan.facts:
             self._check_open("restore_many")
             return 0
         return await self._run(
             "restore_many",
-            partial(conversations.restore_many, self._sql, checked),
+            partial(conversations.restore_many, self._sql, plan),
             replayable=True,
             transaction=True,
         )
