@@ -159,6 +159,7 @@ async def test_an_ipv6_bind_accepts_its_own_host(
         ({"session_idle_timeout": 0}, ValueError),
         ({"session_idle_timeout": "600"}, TypeError),
         ({"session_idle_timeout": True}, TypeError),
+        ({"session_idle_timeout": 10**400}, ValueError),
     ],
 )
 def test_session_settings_out_of_range_are_refused(

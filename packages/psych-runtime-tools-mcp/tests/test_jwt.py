@@ -238,6 +238,14 @@ def test_bad_settings_are_refused(kwargs: dict[str, Any]) -> None:
         JwtVerifier(**kwargs)
 
 
+@pytest.mark.parametrize(
+    ("timeout", "error"), [("1", TypeError), (True, TypeError), (10**400, ValueError)]
+)
+def test_a_jwks_timeout_is_a_number_of_seconds(timeout: object, error: type[Exception]) -> None:
+    with pytest.raises(error, match=r"^jwks_timeout must be a"):
+        JwtVerifier(issuers=[ISSUER], audience=AUDIENCE, jwks_url="http://x", jwks_timeout=timeout)  # type: ignore[arg-type]
+
+
 def access(issuer: object, subject: str | None) -> AccessToken:
     return AccessToken(
         token="opaque",  # noqa: S106 - not a secret

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -13,7 +12,13 @@ from starlette.middleware import Middleware
 from mcp.server import Server
 from mcp.server.auth.provider import TokenVerifier
 from mcp.server.auth.settings import AuthSettings
-from psych_runtime.memory.port import MemoryStore, Scope, memory_key, validate_key_part
+from psych_runtime.memory.port import (
+    MemoryStore,
+    Scope,
+    memory_key,
+    validate_key_part,
+    validate_seconds,
+)
 from psych_runtime.tools.builtins import MemoryTools, ToolLimits
 
 from ._http import (
@@ -272,8 +277,4 @@ class SessionLimits:
                 raise ValueError(f"{name} must be at least 1")
         if self.max_sessions_per_user > self.max_sessions:
             raise ValueError("max_sessions_per_user must not exceed max_sessions")
-        timeout: object = self.session_idle_timeout
-        if not isinstance(timeout, int | float) or isinstance(timeout, bool):
-            raise TypeError("session_idle_timeout must be a number of seconds")
-        if not (math.isfinite(timeout) and timeout > 0):
-            raise ValueError("session_idle_timeout must be a positive, finite number of seconds")
+        validate_seconds(self.session_idle_timeout, "session_idle_timeout")

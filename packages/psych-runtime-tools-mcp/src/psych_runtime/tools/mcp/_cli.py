@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
-import math
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
@@ -20,6 +19,7 @@ from psych_runtime.memory.port import (
     MemoryStoreError,
     memory_key,
     validate_key_part,
+    validate_seconds,
 )
 from psych_runtime.tools.builtins import MemoryTools, ToolLimits
 
@@ -271,9 +271,11 @@ def _positive_seconds(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError("must be a number of seconds") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError("must be a positive, finite number of seconds")
-    return value
+    try:
+        return validate_seconds(value, "it")
+    except ValueError as error:
+        # The port's rule, in the option's words: argparse names the option.
+        raise argparse.ArgumentTypeError(str(error).removeprefix("it ")) from None
 
 
 def _session_limits(parser: _OneLineParser, args: argparse.Namespace) -> SessionLimits:
@@ -299,7 +301,6 @@ def _tool_limits(parser: _OneLineParser, args: argparse.Namespace) -> ToolLimits
 async def _serve_store(
     parser: _OneLineParser, url: str, serve: Callable[[MemoryStore], Awaitable[None]]
 ) -> int:
-
     async with contextlib.AsyncExitStack() as stack:
         try:
             memory = await stack.enter_async_context(open_memory(url))

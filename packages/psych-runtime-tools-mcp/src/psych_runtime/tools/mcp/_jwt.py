@@ -8,6 +8,7 @@ from typing import Any, Final
 import jwt
 
 from mcp.server.auth.provider import AccessToken
+from psych_runtime.memory.port import validate_seconds
 
 from ._jwks import JwksCache, KeysUnavailableError
 
@@ -69,7 +70,8 @@ class JwtVerifier:
             that is empty or contains ``#``; ``audience`` is empty; not
             exactly one of ``jwks_url`` and ``key`` is given; ``algorithms`` is
             empty or names one outside `ALGORITHMS`; ``jwks_timeout`` is not
-            a positive number of seconds.
+            a positive, finite number of seconds.
+        TypeError: ``jwks_timeout`` is not a number.
     """
 
     __slots__ = ("_algorithms", "_audience", "_issuers", "_jwks", "_key", "_leeway")
@@ -97,8 +99,7 @@ class JwtVerifier:
             raise ValueError("algorithms must be a non-empty collection of algorithm names")
         if any(name not in ALGORITHMS for name in algorithms):
             raise ValueError(f"algorithms must be among {', '.join(ALGORITHMS)}")
-        if not jwks_timeout > 0 or jwks_timeout == float("inf"):
-            raise ValueError("jwks_timeout must be a positive number of seconds")
+        validate_seconds(jwks_timeout, "jwks_timeout")
         self._issuers = list(issuers)
         self._audience = audience
         self._algorithms = frozenset(algorithms)
