@@ -25,7 +25,7 @@ from psych_runtime.memory.port import (
     RestoresFacts,
     Scope,
     store_events,
-    validate_key_part,
+    validate_scope,
 )
 
 from . import _conventions as names
@@ -185,7 +185,7 @@ class _Telemetry:
         self.tenant = tenant
         self.content = content
 
-    def start(self, method: str, scope: object = None) -> _Call:
+    def start(self, method: str, scope: Scope | None = None) -> _Call:
         operation = self.operations[method]
         attributes = operation.span_attributes
         if self.tenant and scope is not None:
@@ -264,11 +264,10 @@ def _first_private(parts: Sequence[str]) -> int:
     return len(parts)
 
 
-def _tenant(scope: object) -> str | None:
+def _tenant(scope: Scope) -> str | None:
     # Only a tenant the key rules accept: a refused one may be anything.
-    tenant = scope if isinstance(scope, str) else getattr(scope, "tenant", None)
     try:
-        return validate_key_part(tenant, "tenant")
+        return validate_scope(scope)
     except (TypeError, InvalidInputError):
         return None
 
@@ -310,7 +309,7 @@ class _Instrumented(MemoryStore):
     async def _observed(
         self,
         method: str,
-        scope: object,
+        scope: Scope | None,
         work: Callable[[], Awaitable[_T]],
         describe: Callable[[Span, _T], None],
     ) -> _T:
