@@ -38,7 +38,7 @@ import pytest
 from psycopg import sql
 from psycopg_pool import ConnectionPool
 
-from psych_runtime.memory.port import StoreClosedError, StoreUnavailableError
+from psych_runtime.memory.port import StoreClosedError, StoreUnavailableError, store_events
 from psych_runtime.memory.postgres import PostgresMemory, open_url
 from psych_runtime.memory.postgres._url import parse_url
 
@@ -579,7 +579,12 @@ async def test_a_call_refused_by_a_read_only_primary_is_replayed_on_the_new_one(
 ) -> None:
     pair = await anyio.to_thread.run_sync(new_pair, True)
     name = f"psych-fenced-{pool_kind}"
-    url = pair.url(min_size="2", max_size="2", application_name=name)
+    # One pooled connection more than the three calls refused below can
+    # drop, so one to the fenced primary is still pooled after the
+    # promotion. With none left, every call would instead wait for the
+    # pool's own reconnection, whose delays grow while no server is
+    # writable (one second, then two, four, ...), against its 30 s bound.
+    url = pair.url(min_size="4", max_size="4", application_name=name)
     with anyio.fail_after(_BOUND):
         async with _store(url, pool_kind) as store:
             facts = [await store.remember("acme", "u1", f"fact {index}") for index in range(3)]
@@ -609,9 +614,17 @@ async def test_a_call_refused_by_a_read_only_primary_is_replayed_on_the_new_one(
             held = sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(_SCHEMA, "memories"))
             assert await anyio.to_thread.run_sync(pair.primary.query, held) == [(len(facts),)]
             await anyio.to_thread.run_sync(pair.promote)
-            # The pool still holds connections to the fenced primary: each
-            # call that meets one is replayed on the promoted standby.
-            assert await store.forget("acme", "u1", facts[0].id)
+            # The pool still holds a connection to the fenced primary: the
+            # call that meets it is replayed on the promoted standby.
+            reasons: list[object] = []
+            token = store_events.set(
+                lambda _name, attributes: reasons.append(attributes["psych_memory.reason"])
+            )
+            try:
+                assert await store.forget("acme", "u1", facts[0].id)
+            finally:
+                store_events.reset(token)
+            assert reasons == ["server read-only"]
             later = [await store.remember("acme", "u1", f"later {index}") for index in range(4)]
             assert await store.recall("acme", "u1") == (*facts[1:], *later)
             assert await store.erase("acme", "u1") == 2 + len(later)
