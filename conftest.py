@@ -6,6 +6,11 @@ from the rootdir down to each test. The test folders of the distributions
 keep only what is theirs.
 """
 
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from typing import NoReturn
+
 import pytest
 from hypothesis import settings
 
@@ -26,3 +31,62 @@ def anyio_backend(request: pytest.FixtureRequest) -> str:
     # Listed explicitly: anyio's default would silently skip a missing backend.
     backend: str = request.param
     return backend
+
+
+POSTGRES_DSN_VARIABLE = "PSYCH_MEMORY_TEST_POSTGRES_DSN"
+DEFAULT_POSTGRES_DSN = "postgresql://postgres@127.0.0.1:5432/test"
+# The one place that names the default server. Set on import, since pytest
+# reads this conftest before any other: modules that open stores outside
+# fixtures (the conformance kit's open_store) read the variable itself, and
+# subprocesses of the tests inherit it.
+os.environ.setdefault(POSTGRES_DSN_VARIABLE, DEFAULT_POSTGRES_DSN)
+
+
+def _unavailable(reason: str) -> NoReturn:
+    # On a developer's machine a missing server or tool is a skip; under
+    # CI=true it means a broken setup, and CI must never pass by testing nothing.
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{reason} (CI must run this test)")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def unavailable() -> Callable[[str], NoReturn]:
+    """Skip the test saying ``reason``; under ``CI=true``, fail it instead."""
+    return _unavailable
+
+
+@pytest.fixture(scope="session")
+def postgres_dsn() -> str:
+    """The address of a live PostgreSQL server, or `unavailable`.
+
+    ``PSYCH_MEMORY_TEST_POSTGRES_DSN`` names it; the default is the local
+    server's database ``test``.
+    """
+    import psycopg  # noqa: PLC0415 - only the PostgreSQL tests need the driver
+
+    dsn = os.environ[POSTGRES_DSN_VARIABLE]
+    try:
+        with psycopg.connect(dsn, connect_timeout=5, autocommit=True) as conn:
+            conn.execute("SELECT 1")
+    except psycopg.OperationalError as exc:
+        _unavailable(
+            f"no PostgreSQL server answers at ${POSTGRES_DSN_VARIABLE} or its default ({exc})"
+        )
+    return dsn
+
+
+@pytest.fixture
+def postgres_schema(postgres_dsn: str) -> Iterator[str]:
+    """A fresh schema name, dropped with everything in it after the test.
+
+    Every test gets its own, so parallel workers and runs on several Pythons
+    at once never see each other's tables.
+    """
+    import psycopg  # noqa: PLC0415
+    from psycopg import sql  # noqa: PLC0415
+
+    name = f"psych_test_{uuid.uuid4().hex}"
+    yield name
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))

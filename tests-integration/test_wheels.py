@@ -29,7 +29,7 @@ import pytest
 if TYPE_CHECKING:
     from email.message import Message
 
-pytestmark = pytest.mark.wheels
+pytestmark = [pytest.mark.wheels, pytest.mark.xdist_group("wheels")]
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 NAMESPACE_LEVELS = frozenset({"psych_runtime", "psych_runtime/memory", "psych_runtime/tools"})

@@ -23,6 +23,8 @@ import pytest
 
 from psych_runtime.memory.conformance import RULES
 
+pytestmark = [pytest.mark.nested_pytest, pytest.mark.xdist_group("kit-run")]
+
 SUITE = Path(__file__).with_name("suite_broken_adapters.py")
 ROOT = Path(__file__).resolve().parents[2]
 # Where the broken adapters live, shared with the single checks of the kit's own tests.

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.release_checks
+
 REPOSITORY = Path(__file__).resolve().parent.parent.parent
 CHECK = REPOSITORY / ".ci" / "registration.py"
 FOLDER = "packages/demo-lib"

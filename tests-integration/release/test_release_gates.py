@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.release_checks
+
 REPOSITORY = Path(__file__).resolve().parent.parent.parent
 GATE = REPOSITORY / ".ci" / "api_gate.py"
 RELEASE = REPOSITORY / ".ci" / "release.py"

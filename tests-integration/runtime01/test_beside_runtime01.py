@@ -14,9 +14,10 @@ here. Against it:
 - the combination that cannot work, ``psych-runtime-tools`` beside it,
   refused on import in one message, and the way out that message names.
 
-It runs once per test run, in the Python 3.12 run. Elsewhere it is skipped,
-saying why; under ``CI=true`` a machine without Python 3.12 fails it. It
-reaches the registry, and caches nothing outside its temporary folders.
+It runs once per test run (marker ``runtime01``), with the Python 3.12 it
+finds: the one running the tests, or ``python3.12`` on ``PATH``. Without one
+it is skipped, saying why; under ``CI=true`` that fails it. It reaches the
+registry, and caches nothing outside its temporary folders.
 """
 
 from __future__ import annotations
@@ -30,12 +31,14 @@ import tarfile
 import textwrap
 import tomllib
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
-pytestmark = pytest.mark.wheels
+pytestmark = [pytest.mark.runtime01, pytest.mark.xdist_group("runtime01")]
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 RUNTIME = "psych-runtime"
@@ -183,18 +186,10 @@ def _python312() -> str | None:
 
 
 @pytest.fixture(scope="module")
-def python312() -> str:
+def python312(unavailable: Callable[[str], NoReturn]) -> str:
     found = _python312()
     if found is None:
-        reason = f"{RUNTIME} {RUNTIME_VERSION} needs Python 3.12, and none is installed"
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{reason} (CI must run this test)")
-        pytest.skip(reason)
-    if found != sys.executable:
-        pytest.skip(
-            "runs once per test run, in its Python 3.12 run (hatch test -py 3.12): "
-            "the other runs would build the same environment again"
-        )
+        unavailable(f"{RUNTIME} {RUNTIME_VERSION} needs Python 3.12, and none is installed")
     return found
 
 

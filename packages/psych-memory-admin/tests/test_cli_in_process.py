@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio
 import pytest
 
-from psych_runtime.memory.admin import ExitCode, main, open_memory, store_schemes
+from psych_runtime.memory.admin import ExitCode, main, open_memory
 from psych_runtime.memory.port import Memory
 
 FACTS = [
@@ -27,11 +27,10 @@ FACTS = [
 
 
 @pytest.fixture(autouse=True)
-def _here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    if "sqlite" not in store_schemes():
-        if os.environ.get("CI") == "true":
-            pytest.fail("no installed backend registers the scheme 'sqlite'")
-        pytest.skip("no installed backend registers the scheme 'sqlite'")
+def _here(
+    require_schemes: Callable[..., None], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    require_schemes("sqlite")
     monkeypatch.chdir(tmp_path)
 
 

@@ -15,14 +15,14 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import anyio
 import pytest
 
-from psych_runtime.memory.admin import ExitCode, open_memory, store_schemes
+from psych_runtime.memory.admin import ExitCode, open_memory
 from psych_runtime.memory.admin._format import render_export
 from psych_runtime.memory.port import (
     MAX_CREATED_AT,
@@ -34,13 +34,6 @@ from psych_runtime.memory.port import (
 )
 
 Snapshot = dict[tuple[str, str], tuple[Memory, ...]]
-
-
-def unavailable(message: str) -> None:
-    """Skip on a developer's machine; fail under CI=true, where it means a broken setup."""
-    if os.environ.get("CI") == "true":
-        pytest.fail(message)
-    pytest.skip(message)
 
 
 def command() -> str:
@@ -81,13 +74,6 @@ def psych_memory(
         check=False,
         env=_environment(),
     )
-
-
-def require_schemes(*schemes: str) -> None:
-    """Skip (fail under CI) unless the backends of these schemes are installed."""
-    missing = [scheme for scheme in schemes if scheme not in store_schemes()]
-    if missing:
-        unavailable(f"no installed backend registers {', '.join(missing)}")
 
 
 def seed(url: str, facts: Sequence[tuple[str, str, str]]) -> None:
@@ -133,7 +119,9 @@ ERASED_TEXT = "lives at Kastanienallee 77, door code 4711"
 
 
 @pytest.fixture(autouse=True)
-def _sqlite_here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _sqlite_here(
+    require_schemes: Callable[..., None], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Relative sqlite: URLs name the same file here and in the command.
     require_schemes("sqlite")
     monkeypatch.chdir(tmp_path)
@@ -207,7 +195,7 @@ def _without_export_time(text: str, layout: str) -> list[dict[str, object]]:
 
 
 def test_export_to_postgres_and_back_round_trips(
-    tmp_path: Path, postgres_url: str, pg_schema: str
+    require_schemes: Callable[..., None], tmp_path: Path, postgres_dsn: str, postgres_schema: str
 ) -> None:
     require_schemes("postgresql")
     seed("sqlite:///source.db", MIXED)
@@ -219,7 +207,7 @@ def test_export_to_postgres_and_back_round_trips(
     assert [fact["content"] for fact in document["facts"]] == [
         "ships to Berlin", "two lines\nand a\ttab, ünïcødé ✓", "prefers email"
     ]  # fmt: skip
-    url = pg_url(postgres_url, pg_schema)
+    url = pg_url(postgres_dsn, postgres_schema)
     imported = psych_memory("import", url, "-", cwd=tmp_path, stdin=exported.stdout)
     assert imported.returncode == 0, imported.stderr
     source = snapshot(f"sqlite:///{tmp_path / 'source.db'}")
@@ -227,7 +215,7 @@ def test_export_to_postgres_and_back_round_trips(
 
 
 def test_an_import_too_big_for_one_statement_goes_in_batches_at_the_defaults(
-    tmp_path: Path, postgres_url: str, pg_schema: str
+    require_schemes: Callable[..., None], tmp_path: Path, postgres_dsn: str, postgres_schema: str
 ) -> None:
     # 30,000 facts take about 1.5 s in one call here, a batch of 2,000 about
     # 0.1 s: with a 0.5 s statement timeout the file goes through only in
@@ -241,7 +229,7 @@ def test_an_import_too_big_for_one_statement_goes_in_batches_at_the_defaults(
     (tmp_path / "big.jsonl").write_text(
         render_export(key, facts, datetime.now(UTC), "jsonl"), encoding="utf-8"
     )
-    url = pg_url(postgres_url, pg_schema, statement_timeout="0.5")
+    url = pg_url(postgres_dsn, postgres_schema, statement_timeout="0.5")
     imported = psych_memory("import", url, "big.jsonl", cwd=tmp_path)
     assert imported.returncode == 0, imported.stderr
     assert imported.stdout.startswith("imported 30000 fact(s) in 15 batch(es) of up to 2,000")
@@ -251,7 +239,10 @@ def test_an_import_too_big_for_one_statement_goes_in_batches_at_the_defaults(
 
 @pytest.mark.parametrize("scheme", ["sqlite", "postgresql"])
 def test_facts_at_the_ends_of_the_time_range_and_with_line_separators_round_trip(
-    tmp_path: Path, scheme: str, request: pytest.FixtureRequest
+    require_schemes: Callable[..., None],
+    tmp_path: Path,
+    scheme: str,
+    request: pytest.FixtureRequest,
 ) -> None:
     require_schemes(scheme)
     source, copy = (
@@ -278,14 +269,14 @@ def test_facts_at_the_ends_of_the_time_range_and_with_line_separators_round_trip
 
 
 @pytest.fixture
-def two_schemas(postgres_url: str, pg_schema: str) -> Iterator[tuple[str, str]]:
+def two_schemas(postgres_dsn: str, postgres_schema: str) -> Iterator[tuple[str, str]]:
     """The URLs of two fresh schemas of the server, both dropped after the test."""
     import psycopg  # noqa: PLC0415 - only the PostgreSQL tests need the driver
     from psycopg import sql  # noqa: PLC0415
 
-    other = f"{pg_schema}_2"
-    yield pg_url(postgres_url, pg_schema), pg_url(postgres_url, other)
-    with psycopg.connect(postgres_url, autocommit=True) as conn:
+    other = f"{postgres_schema}_2"
+    yield pg_url(postgres_dsn, postgres_schema), pg_url(postgres_dsn, other)
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(other)))
 
 
@@ -326,10 +317,10 @@ def test_erase_leaves_none_of_the_erased_text_in_the_sqlite_files(tmp_path: Path
 
 
 def test_erase_receipt_as_text_shows_no_password_and_no_fact(
-    tmp_path: Path, postgres_url: str, pg_schema: str
+    require_schemes: Callable[..., None], tmp_path: Path, postgres_dsn: str, postgres_schema: str
 ) -> None:
     require_schemes("postgresql")
-    url = pg_url(postgres_url, pg_schema)
+    url = pg_url(postgres_dsn, postgres_schema)
     seed(url, MIXED)
     head, _, rest = url.partition("://")
     user_info, at, host = rest.rpartition("@")
@@ -425,12 +416,12 @@ def seed_many(url: str, facts: int, end_users: int) -> None:
 
 
 def test_migrate_sqlite_to_postgres_and_back_keeps_every_id_order_and_time(
-    tmp_path: Path, postgres_url: str, pg_schema: str
+    require_schemes: Callable[..., None], tmp_path: Path, postgres_dsn: str, postgres_schema: str
 ) -> None:
     require_schemes("postgresql")
     source = "sqlite:///source.db?durability=normal"
     seed_many(source, MIGRATE_FACTS, end_users=max(1, MIGRATE_FACTS // 100))
-    postgres = pg_url(postgres_url, pg_schema)
+    postgres = pg_url(postgres_dsn, postgres_schema)
     there = psych_memory("migrate", source, postgres, cwd=tmp_path)
     assert there.returncode == 0, there.stderr
     assert there.stdout.startswith(f"copied {MIGRATE_FACTS} fact(s)")
@@ -456,14 +447,14 @@ def test_migrate_one_tenant_only(tmp_path: Path) -> None:
 
 
 def test_migrate_killed_midway_resumes_with_nothing_lost_or_doubled(
-    tmp_path: Path, postgres_url: str, pg_schema: str
+    require_schemes: Callable[..., None], tmp_path: Path, postgres_dsn: str, postgres_schema: str
 ) -> None:
     require_schemes("postgresql")
     source = "sqlite:///source.db?durability=normal"
     # Three calls' worth of facts at --jobs 1, each call a whole number of
     # end users: the kill lands after the first and before the last.
     seed_many(source, 6000, end_users=60)
-    postgres = pg_url(postgres_url, pg_schema)
+    postgres = pg_url(postgres_dsn, postgres_schema)
     process = subprocess.Popen(
         [command(), "migrate", source, postgres, "--jobs", "1", "--verbose"],
         cwd=tmp_path,
@@ -609,7 +600,9 @@ def test_bad_input_exits_non_zero_with_one_clear_line_and_changes_nothing(
     assert_same_facts(before, snapshot(f"sqlite:///{tmp_path / 'facts.db'}"))
 
 
-def test_an_unreachable_server_exits_with_store_unavailable(tmp_path: Path) -> None:
+def test_an_unreachable_server_exits_with_store_unavailable(
+    require_schemes: Callable[..., None], tmp_path: Path
+) -> None:
     require_schemes("postgresql")
     refused = psych_memory(
         "count", f"postgresql://postgres:{SECRET}@127.0.0.1:1/none?pool_timeout=2", cwd=tmp_path
@@ -749,16 +742,16 @@ def test_the_second_of_two_erasures_at_once_says_someone_else_erased_them(
     ids=["count", "count-user", "export", "users", "erase"],
 )
 def test_a_reading_or_deleting_command_on_a_mistyped_schema_creates_nothing(
-    tmp_path: Path, postgres_url: str, pg_schema: str, args: tuple[str, ...]
+    tmp_path: Path, postgres_dsn: str, postgres_schema: str, args: tuple[str, ...]
 ) -> None:
     import psycopg  # noqa: PLC0415
 
-    run = psych_memory(*args, pg_url(postgres_url, pg_schema), cwd=tmp_path)
+    run = psych_memory(*args, pg_url(postgres_dsn, postgres_schema), cwd=tmp_path)
     assert run.returncode == ExitCode.UNAVAILABLE, run.stderr
     line = one_error_line(run.stderr, "URL")
     assert "does not exist" in line, line
-    with psycopg.connect(postgres_url, autocommit=True) as conn:
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
         found = conn.execute(
-            "SELECT count(*) FROM pg_namespace WHERE nspname = %s", (pg_schema,)
+            "SELECT count(*) FROM pg_namespace WHERE nspname = %s", (postgres_schema,)
         ).fetchone()
     assert found == (0,), "the command created the schema it was only to read"

@@ -10,18 +10,15 @@ server named by ``PSYCH_MEMORY_TEST_POSTGRES_DSN`` (default
 
 from __future__ import annotations
 
-import os
 import traceback
-import uuid
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio.to_thread
 import psycopg
 import pytest
-from psycopg import sql
 
-from psych_runtime.memory.admin import StoreUrlError, open_memory, store_schemes
+from psych_runtime.memory.admin import StoreUrlError, open_memory
 from psych_runtime.memory.port import (
     ListsEndUsers,
     MemoryStore,
@@ -33,23 +30,6 @@ from psych_runtime.memory.port import (
 pytestmark = pytest.mark.anyio
 
 PASSWORD = "Zq8-s3cret"  # noqa: S105 - made up, to look for in what is shown
-DSN_VARIABLE = "PSYCH_MEMORY_TEST_POSTGRES_DSN"
-DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
-
-
-def _unavailable(message: str) -> None:
-    if os.environ.get("CI") == "true":
-        pytest.fail(message)
-    pytest.skip(message)
-
-
-def require_scheme(scheme: str) -> None:
-    """Skip, or fail under CI, when no installed backend registers ``scheme``."""
-    if scheme not in store_schemes():
-        _unavailable(
-            f"no installed backend registers the scheme {scheme!r} in the entry-point "
-            "group psych_runtime.memory.stores: its adapter's registration is missing"
-        )
 
 
 async def roundtrip(memory: MemoryStore) -> None:
@@ -65,8 +45,8 @@ async def roundtrip(memory: MemoryStore) -> None:
 
 
 @pytest.fixture
-def sqlite_scheme() -> None:
-    require_scheme("sqlite")
+def sqlite_scheme(require_schemes: Callable[..., None]) -> None:
+    require_schemes("sqlite")
 
 
 @pytest.fixture
@@ -127,27 +107,11 @@ async def test_sqlite_bad_urls_are_refused_and_create_nothing(url: str, empty_cw
 # PostgreSQL.
 
 
-@pytest.fixture(scope="session")
-def postgres_dsn() -> str:
-    """The address of a live server, or a skip (a failure under CI=true)."""
-    dsn = os.environ.get(DSN_VARIABLE, DEFAULT_DSN)
-    try:
-        with psycopg.connect(dsn, connect_timeout=5, autocommit=True) as conn:
-            conn.execute("SELECT 1")
-    except psycopg.OperationalError as exc:
-        _unavailable(f"no PostgreSQL server answers at ${DSN_VARIABLE} or its default ({exc})")
-    return dsn
-
-
 @pytest.fixture
-def schema(postgres_dsn: str) -> Iterator[str]:
-    """A fresh schema name, dropped with everything in it after the test."""
-    require_scheme("postgresql")
-    require_scheme("postgres")
-    name = f"psych_admin_test_{uuid.uuid4().hex}"
-    yield name
-    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+def schema(require_schemes: Callable[..., None], postgres_schema: str) -> str:
+    """The test's own schema, once both PostgreSQL schemes are registered."""
+    require_schemes("postgresql", "postgres")
+    return postgres_schema
 
 
 def with_options(dsn: str, **options: str) -> str:

@@ -80,6 +80,7 @@ filterwarnings = error
 CHECKS = sum(name.startswith("test") for name in dir(MemoryStoreContract))
 
 
+@pytest.mark.nested_pytest
 @pytest.mark.parametrize("mode", ["strict", "auto"])
 def test_every_check_passes_on_its_own_loop_under_pytest_asyncio(
     pytester: pytest.Pytester, mode: str

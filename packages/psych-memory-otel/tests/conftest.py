@@ -1,8 +1,8 @@
 """Fixtures of the instrumentation's tests: the SDK's in-memory exporter and reader, real stores.
 
-The PostgreSQL server's address comes from ``PSYCH_MEMORY_TEST_POSTGRES_DSN``;
-without a server the PostgreSQL cases are skipped, except under ``CI=true``,
-where a missing server fails the run.
+The PostgreSQL server comes from the repository's root conftest
+(``postgres_dsn``): without one the PostgreSQL cases are skipped, except
+under ``CI=true``, where a missing server fails the run.
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ from psych_runtime.memory.port import MemoryStore
 from psych_runtime.memory.postgres import PostgresMemory
 from psych_runtime.memory.sqlite import SqliteMemory
 
-DSN = os.environ.get("PSYCH_MEMORY_TEST_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test")
+# Always set: the root conftest gives it its default.
+DSN = os.environ["PSYCH_MEMORY_TEST_POSTGRES_DSN"]
 
 StoreOpener = Callable[[], AbstractAsyncContextManager[MemoryStore]]
 
@@ -120,26 +121,6 @@ def telemetry() -> Iterator[Telemetry]:
     yield found
     found.tracer_provider.shutdown()
     found.meter_provider.shutdown()
-
-
-def postgres_available() -> str | None:
-    try:
-        with psycopg.connect(DSN, connect_timeout=5, autocommit=True) as conn:
-            conn.execute("SELECT 1")
-    except psycopg.OperationalError as exc:
-        return f"no PostgreSQL server answers at PSYCH_MEMORY_TEST_POSTGRES_DSN ({exc})"
-    return None
-
-
-@pytest.fixture(scope="session")
-def postgres_dsn() -> str:
-    """The address of a live server, or a skip (a failure under CI=true)."""
-    problem = postgres_available()
-    if problem is not None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(problem)
-        pytest.skip(problem)
-    return DSN
 
 
 def _drop_schema(schema: str) -> None:

@@ -29,7 +29,8 @@ from psych_runtime.memory.sqlite import SqliteMemory
 if TYPE_CHECKING:
     from conftest import StoreOpener
 
-DSN = os.environ.get("PSYCH_MEMORY_TEST_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test")
+# Always set: the root conftest gives it its default.
+DSN = os.environ["PSYCH_MEMORY_TEST_POSTGRES_DSN"]
 _TRACER_PROVIDER = TracerProvider()
 _METER_PROVIDER = MeterProvider()
 

@@ -1,15 +1,13 @@
 """Fixtures for the PostgreSQL adapter's tests: a real server, a schema each.
 
-The server's address comes from ``PSYCH_MEMORY_TEST_POSTGRES_DSN``. When no
-server answers the tests are skipped, except under ``CI=true``, where a
-missing server fails the run: CI must never pass by testing nothing.
+The server (``postgres_dsn``) and a fresh schema per test
+(``postgres_schema``) come from the repository's root conftest, which skips
+the tests without a server and fails them under ``CI=true``.
 """
 
 from __future__ import annotations
 
-import os
-import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any
@@ -23,36 +21,11 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from psych_runtime.memory.postgres import DEFAULT_STATEMENT_TIMEOUT, PostgresMemory
 
-DSN_VARIABLE = "PSYCH_MEMORY_TEST_POSTGRES_DSN"
-DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
-
-
-@pytest.fixture(scope="session")
-def postgres_dsn() -> str:
-    """The address of a live server, or a skip (a failure under CI=true)."""
-    dsn = os.environ.get(DSN_VARIABLE, DEFAULT_DSN)
-    try:
-        with psycopg.connect(dsn, connect_timeout=5, autocommit=True) as conn:
-            conn.execute("SELECT 1")
-    except psycopg.OperationalError as exc:
-        message = f"no PostgreSQL server answers at ${DSN_VARIABLE} or its default ({exc})"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    return dsn
-
 
 @pytest.fixture
-def schema(postgres_dsn: str) -> Iterator[str]:
-    """A fresh schema name, dropped with everything in it after the test.
-
-    Every test gets its own, so runs on several Pythons and backends at once
-    never see each other's facts.
-    """
-    name = f"psych_test_{uuid.uuid4().hex}"
-    yield name
-    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+def schema(postgres_schema: str) -> str:
+    """The test's own schema (the root conftest's `postgres_schema`), by its short name here."""
+    return postgres_schema
 
 
 @pytest.fixture

@@ -22,7 +22,8 @@ from psych_runtime.memory.conformance import MemoryStoreContract
 from psych_runtime.memory.port import MemoryKey, MemoryStore
 from psych_runtime.memory.postgres import PostgresMemory
 
-DSN = os.environ.get("PSYCH_MEMORY_TEST_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test")
+# Always set: the root conftest gives it its default.
+DSN = os.environ["PSYCH_MEMORY_TEST_POSTGRES_DSN"]
 
 
 def _admin(statement: sql.Composed, params: tuple[object, ...] = ()) -> int:

@@ -28,7 +28,7 @@ from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 from uuid import uuid4
 
 import anyio
@@ -42,7 +42,7 @@ from psych_runtime.memory.port import StoreClosedError, StoreUnavailableError, s
 from psych_runtime.memory.postgres import PostgresMemory, open_url
 from psych_runtime.memory.postgres._url import parse_url
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.clusters, pytest.mark.xdist_group("clusters")]
 
 # A bug must end a test rather than hang the run; the waits are on servers.
 _BOUND = 90
@@ -52,30 +52,29 @@ _SCHEMA = "psych_failover"
 # -- the binaries ---------------------------------------------------------
 
 
-def _binaries() -> Path:
-    """The folder holding initdb, pg_ctl and pg_basebackup, or a skip (a failure under CI)."""
-    problem = None
+def _binaries(unavailable: Callable[[str], NoReturn]) -> Path:
+    """The folder holding initdb, pg_ctl and pg_basebackup, or `unavailable`."""
     pg_config = shutil.which("pg_config")
     if pg_config is None:
-        problem = "pg_config is not on PATH"
-    else:
-        found = subprocess.run(
-            [pg_config, "--bindir"], capture_output=True, text=True, check=False, timeout=30
+        unavailable("cannot start a private primary and standby: pg_config is not on PATH")
+    found = subprocess.run(
+        [pg_config, "--bindir"], capture_output=True, text=True, check=False, timeout=30
+    )
+    folder = Path(found.stdout.strip())
+    missing = [
+        name for name in ("initdb", "pg_ctl", "pg_basebackup") if not (folder / name).is_file()
+    ]
+    if found.returncode != 0 or missing:
+        unavailable(
+            "cannot start a private primary and standby: the PostgreSQL server binaries"
+            f" are not in {folder} ({', '.join(missing)})"
         )
-        folder = Path(found.stdout.strip())
-        missing = [
-            name for name in ("initdb", "pg_ctl", "pg_basebackup") if not (folder / name).is_file()
-        ]
-        if found.returncode != 0 or missing:
-            problem = f"the PostgreSQL server binaries are not in {folder} ({', '.join(missing)})"
-        elif os.geteuid() == 0 and shutil.which("runuser") is None:
-            problem = "running as root, and runuser is missing to run PostgreSQL as 'postgres'"
-        else:
-            return folder
-    message = f"cannot start a private primary and standby: {problem}"
-    if os.environ.get("CI") == "true":
-        pytest.fail(message)
-    pytest.skip(message)
+    if os.geteuid() == 0 and shutil.which("runuser") is None:
+        unavailable(
+            "cannot start a private primary and standby: running as root, and runuser"
+            " is missing to run PostgreSQL as 'postgres'"
+        )
+    return folder
 
 
 def _free_port() -> int:
@@ -253,9 +252,9 @@ def _kill_postmaster(data: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def servers() -> Iterator[Servers]:
+def servers(unavailable: Callable[[str], NoReturn]) -> Iterator[Servers]:
     """Starts pairs of servers for this module, and stops and removes them all at its end."""
-    started = Servers(_binaries())
+    started = Servers(_binaries(unavailable))
     try:
         yield started
     finally:
