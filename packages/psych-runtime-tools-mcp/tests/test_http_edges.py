@@ -17,6 +17,8 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 
 from psych_runtime.tools.mcp._server import ARGUMENTS_AS_SENT
 
@@ -217,6 +219,49 @@ def open_session(url: str, token: str, body: object) -> httpx2.Response:
 
 def es256(subject: str) -> str:
     return jwt.encode(claims(subject), P256, algorithm="ES256")
+
+
+async def statuses_seen_by_the_sdk_client(url: str, token: str) -> list[int]:
+    """Connect with the SDK's client; the HTTP statuses it got, once it gave up or listed tools."""
+    statuses: list[int] = []
+
+    async def record(response: httpx2.Response) -> None:
+        statuses.append(response.status_code)
+
+    headers = {"Authorization": f"Bearer {token}"}
+    async with httpx2.AsyncClient(
+        headers=headers, timeout=30, event_hooks={"response": [record]}
+    ) as http:
+        try:
+            async with Client(streamable_http_client(url, http_client=http)) as client:
+                await client.list_tools()
+        except Exception:  # noqa: BLE001 - the statuses say why the client gave up
+            pass
+    return statuses
+
+
+@pytest.mark.anyio
+async def test_a_token_whose_time_claims_are_not_numbers_gets_401(
+    initialize: dict[str, Any], running_http: Launcher, key_file: Path, anyio_backend: str
+) -> None:
+    now = int(time.time())
+    good = claims("alice")
+    bad = [
+        {**good, "exp": str(now + 300)},
+        {**good, "nbf": str(now - 60)},
+        {**good, "iat": True},
+        {**good, "nbf": False},
+    ]
+    with launch_with_key(running_http, key_file) as running:
+        for payload in bad:
+            token = jwt.encode(payload, P256, algorithm="ES256")
+            response = post(running.url, token, initialize)
+            assert response.status_code == 401, payload
+            assert "resource_metadata" in response.headers["www-authenticate"]
+            assert set(await statuses_seen_by_the_sdk_client(running.url, token)) == {401}
+        accepted = await statuses_seen_by_the_sdk_client(running.url, es256("alice"))
+    assert accepted
+    assert all(status < 300 for status in accepted)
 
 
 def test_sessions_are_bounded_per_end_user_and_in_total(
