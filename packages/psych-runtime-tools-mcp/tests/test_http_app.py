@@ -93,6 +93,19 @@ async def test_a_verifier_that_fails_gets_503_not_500(
         assert anonymous.is_success
 
 
+async def test_one_session_more_than_the_server_holds_gets_503_with_retry_after(
+    initialize: dict[str, Any], anyio_backend: str
+) -> None:
+    async with client(app(max_sessions=2, max_sessions_per_user=1, session_idle_timeout=30)) as http:
+        assert (await http.post("/mcp", headers=headers("alice"), json=initialize)).is_success
+        assert (await http.post("/mcp", headers=headers("bob"), json=initialize)).is_success
+        full = await http.post("/mcp", headers=headers("carol"), json=initialize)
+        assert full.status_code == 503
+        assert "Too many open sessions" in full.text
+        # Both sessions went idle just now: the first ends within the timeout.
+        assert 1 <= int(full.headers["retry-after"]) <= 30
+
+
 async def _session(
     http: httpx2.AsyncClient, token: str, initialize: dict[str, Any]
 ) -> dict[str, str]:

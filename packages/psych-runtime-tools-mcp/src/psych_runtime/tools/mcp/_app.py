@@ -115,7 +115,7 @@ def memory_http_app(  # noqa: PLR0913 - keyword-only settings
     A request whose token cannot be checked now (the verifier raises: for
     `JwtVerifier`, its JWKS cannot be fetched) gets HTTP 503 with
     ``Retry-After`` when known. A request that would open a session beyond
-    ``max_sessions`` gets 503, beyond the end user's
+    ``max_sessions`` gets 503 with ``Retry-After``, beyond the end user's
     ``max_sessions_per_user`` 429. A request whose ``Host`` or ``Origin`` is
     not allowed gets 421 or 403 (see ``allowed_hosts``). A ``tools/call``
     whose arguments repeat a key is refused as the Python tools refuse it.

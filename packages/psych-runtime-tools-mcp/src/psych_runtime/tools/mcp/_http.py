@@ -194,6 +194,9 @@ class SessionsPerUser:
     ends when the client deletes it, when the server answers 404 for it, or
     once no request of it has been in flight for ``idle_timeout`` seconds
     (the SDK ends it then too, a little earlier, so a count is never short).
+    The SDK's 503 for one session more than the server holds gets a
+    ``Retry-After``: the seconds until the first idle session ends, or the
+    whole idle timeout when none is idle.
     """
 
     def __init__(self, app: ASGIApp, *, path: str, per_user: int, idle_timeout: float) -> None:
@@ -248,6 +251,11 @@ class SessionsPerUser:
                 if session_id is not None:
                     self._sessions[session_id] = _Session(owner)
                     opened.append(session_id)
+            elif message["type"] == "http.response.start" and message["status"] == 503:
+                # The SDK's refusal of one session more than the server holds.
+                retry_after = self._retry_after(anyio.current_time())
+                headers = [*message["headers"], (b"retry-after", str(retry_after).encode())]
+                message = {**message, "headers": headers}
             await send(message)
 
         try:
@@ -284,6 +292,16 @@ class SessionsPerUser:
             session.idle_since = anyio.current_time()
         if status == 404 or (deleted and status < 400):
             self._sessions.pop(id_, None)
+
+    def _retry_after(self, now: float) -> int:
+        # When the first idle session ends (the SDK ends it a little earlier);
+        # with none idle, a whole timeout, the soonest a busy one can end idle.
+        ends = [
+            session.idle_since + self._idle_timeout - now
+            for session in self._live_sessions(now)
+            if not session.in_flight
+        ]
+        return max(1, math.ceil(min(ends, default=self._idle_timeout)))
 
     def _live_sessions(self, now: float) -> Iterator[_Session]:
         for session in self._sessions.values():
