@@ -106,6 +106,56 @@ async def test_one_session_more_than_the_server_holds_gets_503_with_retry_after(
         assert 1 <= int(full.headers["retry-after"]) <= 30
 
 
+HOSTS_REFUSED = [
+    "localhost:8000.evil.com",
+    "localhost:8000@evil.com",
+    "localhost:1.evil.com",
+    "127.0.0.1:80/evil",
+    "[::1]:80]",
+    "localhost:",
+    "localhost:0",
+    "localhost:08000",
+    "localhost:65536",
+    "localhost:+80",
+    "localhost: 80",
+    "localhost:80 ",
+    "proxy.internal:8443.evil.com",
+    "proxy.internal:",
+    "evil.com",
+]
+HOSTS_ACCEPTED = ["localhost:8000", "localhost:1", "127.0.0.1:65535", "[::1]:80", "proxy.internal:8443"]
+ORIGINS_REFUSED = [
+    "http://localhost:1@evil.com",
+    "http://localhost:8000.evil.com",
+    "http://127.0.0.1:80/",
+    "http://localhost:",
+    "http://localhost:99999",
+    "https://app.example:443#",
+    "https://evil.example",
+]
+ORIGINS_ACCEPTED = ["http://localhost:3000", "http://[::1]:1", "https://app.example:8443"]
+
+
+@pytest.mark.parametrize("host", HOSTS_REFUSED + HOSTS_ACCEPTED)
+async def test_name_star_accepts_only_a_port_after_the_colon_in_host(
+    initialize: dict[str, Any], host: str, anyio_backend: str
+) -> None:
+    served = app(host="127.0.0.1", allowed_hosts=["proxy.internal:*"])
+    async with client(served) as http:
+        answered = await http.post("/mcp", headers=headers("alice", Host=host), json=initialize)
+    assert answered.status_code == (421 if host in HOSTS_REFUSED else 200), host
+
+
+@pytest.mark.parametrize("origin", ORIGINS_REFUSED + ORIGINS_ACCEPTED)
+async def test_name_star_accepts_only_a_port_after_the_colon_in_origin(
+    initialize: dict[str, Any], origin: str, anyio_backend: str
+) -> None:
+    served = app(host="127.0.0.1", allowed_origins=["https://app.example:*"])
+    async with client(served) as http:
+        answered = await http.post("/mcp", headers=headers("alice", Origin=origin), json=initialize)
+    assert answered.status_code == (403 if origin in ORIGINS_REFUSED else 200), origin
+
+
 async def _session(
     http: httpx2.AsyncClient, token: str, initialize: dict[str, Any]
 ) -> dict[str, str]:

@@ -221,14 +221,14 @@ def es256(subject: str) -> str:
     return jwt.encode(claims(subject), P256, algorithm="ES256")
 
 
-async def statuses_seen_by_the_sdk_client(url: str, token: str) -> set[int]:
+async def statuses_seen_by_the_sdk_client(url: str, token: str, **extra: str) -> set[int]:
     """Connect with the SDK's client; the HTTP statuses it got, once it gave up or listed tools."""
     statuses: set[int] = set()
 
     async def record(response: httpx2.Response) -> None:
         statuses.add(response.status_code)
 
-    headers = {"Authorization": f"Bearer {token}"}
+    headers = {"Authorization": f"Bearer {token}", **extra}
     async with httpx2.AsyncClient(
         headers=headers, timeout=30, event_hooks={"response": [record]}
     ) as http:
@@ -341,6 +341,37 @@ def test_allowed_hosts_and_origins_can_be_added(
             post(running.url, token, initialize, Origin="https://evil.example").status_code == 403
         )
         assert post(running.url, token, initialize, Host="proxy.internal:8443").status_code == 421
+
+
+@pytest.mark.anyio
+async def test_a_name_with_any_port_accepts_only_a_port_after_the_colon(
+    initialize: dict[str, Any], running_http: Launcher, key_file: Path, anyio_backend: str
+) -> None:
+    options = ("--allowed-host", "proxy.internal:*", "--allowed-origin", "https://app.example:*")
+    with launch_with_key(running_http, key_file, "--host", "127.0.0.1", *options) as running:
+        port = urlsplit(running.url).port
+        token = es256("alice")
+        refused = [
+            ({"Host": f"localhost:{port}.evil.com"}, 421),
+            ({"Host": f"127.0.0.1:{port}@evil.com"}, 421),
+            ({"Host": "proxy.internal:8443.evil.com"}, 421),
+            ({"Origin": "http://localhost:1@evil.com"}, 403),
+            ({"Origin": "https://app.example:443.evil.com"}, 403),
+        ]
+        for headers, status in refused:
+            assert post(running.url, token, initialize, **headers).status_code == status, headers
+            seen = await statuses_seen_by_the_sdk_client(running.url, token, **headers)
+            assert seen == {status}, headers
+        accepted = [
+            {"Host": f"localhost:{port}"},
+            {"Host": "proxy.internal:8443"},
+            {"Origin": "https://app.example:8443"},
+        ]
+        for headers in accepted:
+            assert post(running.url, token, initialize, **headers).status_code == 200, headers
+            seen = await statuses_seen_by_the_sdk_client(running.url, token, **headers)
+            assert seen, headers
+            assert all(status < 300 for status in seen), headers
 
 
 class Session:

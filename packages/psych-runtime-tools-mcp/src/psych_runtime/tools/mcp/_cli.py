@@ -158,13 +158,19 @@ def _parser() -> _OneLineParser:
         "--allowed-host",
         action="append",
         default=[],
-        help="a Host header to accept besides the public URL's (repeatable; NAME:* for any port)",
+        help=(
+            "a Host header to accept besides the public URL's "
+            "(repeatable; NAME:* for NAME:PORT, any port from 1 to 65535)"
+        ),
     )
     http.add_argument(
         "--allowed-origin",
         action="append",
         default=[],
-        help="an Origin header to accept besides the public URL's (repeatable)",
+        help=(
+            "an Origin header to accept besides the public URL's "
+            "(repeatable; SCHEME://NAME:* for any port)"
+        ),
     )
     return parser
 

@@ -6,6 +6,7 @@ import ipaddress
 import json
 import logging
 import math
+import re
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from typing import Final
@@ -13,6 +14,7 @@ from urllib.parse import urlsplit
 
 import anyio
 from starlette.datastructures import Headers
+from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
@@ -29,6 +31,7 @@ from ._repeats import mark_repeats
 __all__ = [
     "AnswerUncheckable",
     "CheckingVerifier",
+    "HostAndOrigin",
     "RepeatedKeys",
     "SessionsPerUser",
     "TokensUncheckable",
@@ -39,6 +42,10 @@ _SESSION_HEADER: Final = "mcp-session-id"
 _VERSION_HEADER: Final = "mcp-protocol-version"
 _LOOPBACK_HOSTS: Final = ("127.0.0.1:*", "localhost:*", "[::1]:*")
 _LOOPBACK_ORIGINS: Final = ("http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*")
+_ANY_PORT: Final = ":*"
+# A port as RFC 3986 writes it, without the leading zeros no client sends.
+_PORT: Final = re.compile(r"[1-9][0-9]{0,4}")
+_MAX_PORT: Final = 65535
 
 _logger = logging.getLogger("psych_runtime.tools.mcp")
 
@@ -76,6 +83,52 @@ def transport_security(
         allowed_hosts=list(dict.fromkeys(hosts)),
         allowed_origins=list(dict.fromkeys(origins)),
     )
+
+
+class HostAndOrigin:
+    """Refuse a request to the MCP endpoint whose ``Host`` or ``Origin`` is not allowed.
+
+    The values are those of `transport_security`: each is accepted exactly,
+    and an entry ``name:*`` accepts ``name:`` followed by a port (1 to 65535,
+    digits only) and nothing else. The SDK's own check accepts any text after
+    that colon (``localhost:8000.evil.com``, ``http://localhost:1@evil.com``),
+    so this one runs first and is the one that refuses: 421 for ``Host``, 403
+    for ``Origin``, as the SDK answers. A request without ``Origin`` passes.
+    """
+
+    def __init__(self, app: ASGIApp, *, path: str, security: TransportSecuritySettings) -> None:
+        self._app = app
+        self._path = path
+        self._hosts = tuple(security.allowed_hosts)
+        self._origins = tuple(security.allowed_origins)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if _is_endpoint(scope, self._path):
+            headers = Headers(scope=scope)
+            host = headers.get("host")
+            origin = headers.get("origin")
+            refusal = None
+            if not host or not _allowed(host, self._hosts):
+                refusal = Response("Invalid Host header", status_code=421)
+            elif origin and not _allowed(origin, self._origins):
+                refusal = Response("Invalid Origin header", status_code=403)
+            if refusal is not None:
+                _logger.warning("refused a request: its Host or Origin is not allowed")
+                await refusal(scope, receive, send)
+                return
+        await self._app(scope, receive, send)
+
+
+def _allowed(value: str, allowed: Collection[str]) -> bool:
+    if value in allowed:
+        return True
+    for entry in allowed:
+        if entry.endswith(_ANY_PORT):
+            prefix = entry[: -len("*")]
+            port = value[len(prefix) :]
+            if value.startswith(prefix) and _PORT.fullmatch(port) and int(port) <= _MAX_PORT:
+                return True
+    return False
 
 
 def _ip_address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
