@@ -26,7 +26,7 @@ from mcp.server.transport_security import (
 from mcp.types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from ._jwt import JwtVerifier, KeysUnavailableError
-from ._repeats import mark_repeats
+from ._repeats import RepeatedKeyError, mark_repeats, repeated_key_answer
 
 __all__ = [
     "AnswerUncheckable",
@@ -389,11 +389,13 @@ def _may_open_session(headers: Headers) -> bool:
 
 
 class RepeatedKeys:
-    """Mark a ``tools/call`` whose arguments repeat a key, so the tools refuse it.
+    """Refuse a request that repeats a key; mark a ``tools/call`` whose arguments do.
 
     The SDK parses the request body keeping only the last of two equal keys.
-    This reads the body first and marks it with `mark_repeats`. A body
-    larger than the SDK accepts goes on unchanged (the SDK refuses it).
+    This reads the body first and passes it through `mark_repeats`: a
+    repeated key outside a tool call's arguments is answered with HTTP 400
+    and a JSON-RPC error (-32600), and the SDK never sees the request. A
+    body larger than the SDK accepts goes on unchanged (the SDK refuses it).
     """
 
     def __init__(self, app: ASGIApp, *, path: str) -> None:
@@ -426,7 +428,12 @@ class RepeatedKeys:
                 break
         body = b"".join(chunks)
         if complete and size <= DEFAULT_MAX_REQUEST_BODY_SIZE:
-            marked = mark_repeats(body)
+            try:
+                marked = mark_repeats(body)
+            except RepeatedKeyError as error:
+                _logger.warning("refused a request: %s", error)
+                await _send_answer(send, 400, repeated_key_answer(error), {})
+                return
             if marked is not None:
                 body = marked
                 scope = {**scope, "headers": _headers_with_length(scope["headers"], len(body))}

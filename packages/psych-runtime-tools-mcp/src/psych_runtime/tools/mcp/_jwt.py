@@ -197,9 +197,7 @@ class JwtVerifier:
 
 def _is_numeric_date(value: object) -> bool:
     # bool is an int in Python, but true and false are not numbers in JSON.
-    return (
-        isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-    )
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _client_id(claims: dict[str, Any], subject: str) -> str:
