@@ -138,7 +138,7 @@ def test_a_bad_key_is_refused_at_launch_in_one_line(db_path: Path) -> None:
     assert done.returncode == 2
     assert done.stdout == ""
     assert done.stderr.count("\n") == 1
-    assert done.stderr.startswith("psych-memory-mcp: error: --user ")
+    assert done.stderr.startswith("psych-memory-mcp: error: --user: ")
     assert "alice" not in done.stderr
     assert not db_path.exists()
 
