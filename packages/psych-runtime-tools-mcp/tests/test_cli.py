@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+import sys
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -195,3 +197,45 @@ def test_a_store_gives_one_exit_code_from_both_commands(  # noqa: PLR0917 - para
         "psych-memory: error: URL: "
     )
     assert sorted(tmp_path.iterdir()) == before
+
+
+BROKEN_BACKEND = f"""
+from contextlib import asynccontextmanager
+
+@asynccontextmanager
+async def broken(url):
+    raise RuntimeError("the driver quotes the password {SECRET}")
+    yield
+"""
+
+
+@pytest.fixture
+def broken_scheme(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Install a backend for ``broken:`` whose opener fails with an error of no known kind."""
+    folder = tmp_path / "site-packages"
+    folder.mkdir()
+    monkeypatch.syspath_prepend(str(folder))
+    name = f"backend_{uuid.uuid4().hex}"
+    (folder / f"{name}.py").write_text(BROKEN_BACKEND, "utf-8")
+    info = folder / "broken_test_backend-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: broken-test-backend\nVersion: 1.0\n", "utf-8"
+    )
+    (info / "entry_points.txt").write_text(
+        f"[psych_runtime.memory.stores]\nbroken = {name}:broken\n", "utf-8"
+    )
+    yield "broken:"
+    sys.modules.pop(name, None)
+
+
+def test_an_unexpected_failure_to_open_is_1_from_both_commands_naming_its_type_only(
+    broken_scheme: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert admin_main(["count", broken_scheme]) == ExitCode.FAILED
+    capsys.readouterr()
+    served = main(["--store", broken_scheme, "--tenant", "acme", "--user", "alice"])
+    assert served == ExitCode.FAILED
+    err = capsys.readouterr().err
+    expected = "--store: cannot be opened (RuntimeError); unexpected failure"
+    assert err == f"psych-memory-mcp: error: {expected}\n"
