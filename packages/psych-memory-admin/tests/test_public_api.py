@@ -13,11 +13,15 @@ def test_all_is_exactly_the_public_api() -> None:
     assert sorted(admin.__all__) == sorted(
         [
             "ENTRY_POINT_GROUP",
+            "KEY_OPTIONS",
+            "CommandError",
             "ExitCode",
             "StoreBackendError",
             "StoreUrlError",
             "UnknownSchemeError",
+            "exit_codes_help",
             "main",
+            "open_for_command",
             "open_memory",
             "redact_url",
             "store_schemes",
@@ -42,7 +46,7 @@ def test_the_entry_point_group_is_the_shared_one() -> None:
 
 
 def test_every_public_callable_documents_what_it_raises() -> None:
-    for function in (admin.open_memory, admin.redact_url):
+    for function in (admin.open_memory, admin.open_for_command, admin.redact_url):
         assert "Raises:" in (inspect.getdoc(function) or ""), function
 
 

@@ -3,17 +3,29 @@
 from __future__ import annotations
 
 import inspect
+import sys
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from psych_runtime.memory.admin import store_schemes
+from psych_runtime.memory.admin import ExitCode, store_schemes
+from psych_runtime.memory.admin import main as admin_main
 from psych_runtime.tools.builtins import memory_tools
 from psych_runtime.tools.mcp._cli import main
 
 TOOLS_HAVE_LIMITS = "max_facts" in inspect.signature(memory_tools).parameters
 HTTP = ["--http", "--issuer", "https://i", "--audience", "a"]
 JWKS = [*HTTP, "--tenant", "acme", "--jwks-url", "https://i/jwks"]
+SECRET = "hunter2"  # noqa: S105 - a password no message may show
+PUBLIC_PEM = (
+    ec.generate_private_key(ec.SECP256R1())
+    .public_key()
+    .public_bytes(Encoding.PEM, PublicFormat.SubjectPublicKeyInfo)
+)
 
 
 @pytest.mark.parametrize(
@@ -21,9 +33,9 @@ JWKS = [*HTTP, "--tenant", "acme", "--jwks-url", "https://i/jwks"]
     [
         (["--tenant", "acme"], "--tenant and --user are required over stdio"),
         (["--user", "alice"], "--tenant and --user are required over stdio"),
-        (["--tenant", "acme", "--user", ""], "--user must not be empty"),
-        (["--tenant", "", "--user", "alice"], "--tenant must not be empty"),
-        (["--tenant", "acme", "--user", "a" * 300], "--user must be at most 256 characters"),
+        (["--tenant", "acme", "--user", ""], "--user: must not be empty"),
+        (["--tenant", "", "--user", "alice"], "--tenant: must not be empty"),
+        (["--tenant", "acme", "--user", "a" * 300], "--user: must be at most 256 characters"),
         (["--tenant", "acme", "--user", "alice", "--audience", "x"], "--audience is for --http"),
         (["--http", "--tenant", "acme", "--user", "alice"], "--user is for stdio only"),
         (["--http", "--issuer", "https://i", "--audience", "a"], "exactly one of --tenant"),
@@ -38,7 +50,7 @@ JWKS = [*HTTP, "--tenant", "acme", "--jwks-url", "https://i/jwks"]
         ),
         (
             [*HTTP, "--tenant", " acme", "--jwks-url", "https://i/jwks"],
-            "--tenant must not start or end with whitespace",
+            "--tenant: must not start or end with whitespace",
         ),
         (
             [*HTTP, "--tenant", "acme", "--jwt-key-file", "/no/such/key.pem"],
@@ -107,24 +119,123 @@ def test_an_out_of_range_limit_is_refused_before_the_store_is_opened(
 def test_a_store_url_it_cannot_open_is_refused_without_echoing_it(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    with pytest.raises(SystemExit) as exited:
-        main(["--store", "mysql://root:hunter2@db/x", "--tenant", "acme", "--user", "alice"])
-    assert exited.value.code == 2
+    status = main(["--store", "mysql://root:hunter2@db/x", "--tenant", "acme", "--user", "alice"])
+    assert status == ExitCode.USAGE
     err = capsys.readouterr().err
+    assert err.count("\n") == 1
     assert err.startswith("psych-memory-mcp: error: --store: ")
     assert "hunter2" not in err
 
 
-@pytest.mark.skipif(
-    "sqlite" not in store_schemes(), reason="no installed backend registers sqlite: URLs"
-)
-def test_a_store_that_fails_to_open_exits_1(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def test_the_help_lists_the_exit_codes_of_the_shared_table(
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    missing = tmp_path / "no-such-directory" / "memory.db"
-    status = main(["--store", f"sqlite:///{missing}", "--tenant", "acme", "--user", "alice"])
-    assert status == 1
+    with pytest.raises(SystemExit) as exited:
+        main(["--help"])
+    assert exited.value.code == 0
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "Exit codes: 0 done, 1 unexpected failure, 2 bad usage, 3 store unavailable." in shown
+
+
+def _not_a_database(folder: Path) -> str:
+    path = folder / "not-a-database.db"
+    path.write_bytes(b"this is not a database file, but it is long enough" * 200)
+    return f"sqlite:///{path}"
+
+
+def _unreachable(_: Path) -> str:
+    return f"postgresql://postgres:{SECRET}@127.0.0.1:1/none?pool_timeout=1"
+
+
+def _folder(folder: Path) -> str:
+    return f"sqlite:///{folder}"
+
+
+def _unknown_scheme(_: Path) -> str:
+    return f"mysql://root:{SECRET}@db/x"
+
+
+# Each store, and the exit code both commands end with for it.
+STORES: list[tuple[str, Callable[[Path], str], ExitCode]] = [
+    ("unreachable server", _unreachable, ExitCode.UNAVAILABLE),
+    ("not a database", _not_a_database, ExitCode.UNAVAILABLE),
+    ("a folder", _folder, ExitCode.USAGE),
+    ("unknown scheme", _unknown_scheme, ExitCode.USAGE),
+]
+
+
+@pytest.mark.parametrize(("label", "store", "code"), STORES, ids=[row[0] for row in STORES])
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+def test_a_store_gives_one_exit_code_from_both_commands(  # noqa: PLR0917 - parametrized
+    label: str,
+    store: Callable[[Path], str],
+    code: ExitCode,
+    transport: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    url = store(tmp_path)
+    scheme = url.partition(":")[0]
+    if scheme != "mysql" and scheme not in store_schemes():
+        pytest.skip(f"no installed backend registers {scheme}: URLs")
+    before = sorted(tmp_path.iterdir())
+    assert admin_main(["count", url]) == code, label
+    operator = capsys.readouterr().err
+    if transport == "stdio":
+        served = main(["--store", url, "--tenant", "acme", "--user", "alice"])
+    else:
+        key = tmp_path / "public.pem"
+        key.write_bytes(PUBLIC_PEM)
+        served = main(["--store", url, *HTTP, "--tenant", "acme", "--jwt-key-file", str(key)])
+        key.unlink()
+    assert served == code, label
+    mcp = capsys.readouterr().err
+    assert mcp.count("\n") == 1
+    assert SECRET not in mcp
+    # One wording of the store's failure, under each command's name for its URL.
+    assert mcp.removeprefix("psych-memory-mcp: error: --store: ") == operator.removeprefix(
+        "psych-memory: error: URL: "
+    )
+    assert sorted(tmp_path.iterdir()) == before
+
+
+BROKEN_BACKEND = f"""
+from contextlib import asynccontextmanager
+
+@asynccontextmanager
+async def broken(url):
+    raise RuntimeError("the driver quotes the password {SECRET}")
+    yield
+"""
+
+
+@pytest.fixture
+def broken_scheme(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Install a backend for ``broken:`` whose opener fails with an error of no known kind."""
+    folder = tmp_path / "site-packages"
+    folder.mkdir()
+    monkeypatch.syspath_prepend(str(folder))
+    name = f"backend_{uuid.uuid4().hex}"
+    (folder / f"{name}.py").write_text(BROKEN_BACKEND, "utf-8")
+    info = folder / "broken_test_backend-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: broken-test-backend\nVersion: 1.0\n", "utf-8"
+    )
+    (info / "entry_points.txt").write_text(
+        f"[psych_runtime.memory.stores]\nbroken = {name}:broken\n", "utf-8"
+    )
+    yield "broken:"
+    sys.modules.pop(name, None)
+
+
+def test_an_unexpected_failure_to_open_is_1_from_both_commands_naming_its_type_only(
+    broken_scheme: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert admin_main(["count", broken_scheme]) == ExitCode.FAILED
+    capsys.readouterr()
+    served = main(["--store", broken_scheme, "--tenant", "acme", "--user", "alice"])
+    assert served == ExitCode.FAILED
     err = capsys.readouterr().err
-    assert err.count("\n") == 1
-    assert "the store cannot be opened" in err
-    assert not missing.parent.exists()
+    expected = "--store: cannot be opened (RuntimeError); unexpected failure"
+    assert err == f"psych-memory-mcp: error: {expected}\n"

@@ -93,6 +93,76 @@ async def test_a_verifier_that_fails_gets_503_not_500(
         assert anonymous.is_success
 
 
+async def test_one_session_more_than_the_server_holds_gets_503_with_retry_after(
+    initialize: dict[str, Any], anyio_backend: str
+) -> None:
+    served = app(max_sessions=2, max_sessions_per_user=1, session_idle_timeout=30)
+    async with client(served) as http:
+        assert (await http.post("/mcp", headers=headers("alice"), json=initialize)).is_success
+        assert (await http.post("/mcp", headers=headers("bob"), json=initialize)).is_success
+        full = await http.post("/mcp", headers=headers("carol"), json=initialize)
+        assert full.status_code == 503
+        assert "Too many open sessions" in full.text
+        # Both sessions went idle just now: the first ends within the timeout.
+        assert 1 <= int(full.headers["retry-after"]) <= 30
+
+
+HOSTS_REFUSED = [
+    "localhost:8000.evil.com",
+    "localhost:8000@evil.com",
+    "localhost:1.evil.com",
+    "127.0.0.1:80/evil",
+    "[::1]:80]",
+    "localhost:",
+    "localhost:0",
+    "localhost:08000",
+    "localhost:65536",
+    "localhost:+80",
+    "localhost: 80",
+    "localhost:80 ",
+    "proxy.internal:8443.evil.com",
+    "proxy.internal:",
+    "evil.com",
+]
+HOSTS_ACCEPTED = [
+    "localhost:8000",
+    "localhost:1",
+    "127.0.0.1:65535",
+    "[::1]:80",
+    "proxy.internal:8443",
+]
+ORIGINS_REFUSED = [
+    "http://localhost:1@evil.com",
+    "http://localhost:8000.evil.com",
+    "http://127.0.0.1:80/",
+    "http://localhost:",
+    "http://localhost:99999",
+    "https://app.example:443#",
+    "https://evil.example",
+]
+ORIGINS_ACCEPTED = ["http://localhost:3000", "http://[::1]:1", "https://app.example:8443"]
+
+
+@pytest.mark.parametrize("host", HOSTS_REFUSED + HOSTS_ACCEPTED)
+async def test_name_star_accepts_only_a_port_after_the_colon_in_host(
+    initialize: dict[str, Any], host: str, anyio_backend: str
+) -> None:
+    served = app(host="127.0.0.1", allowed_hosts=["proxy.internal:*"])
+    async with client(served) as http:
+        answered = await http.post("/mcp", headers=headers("alice", Host=host), json=initialize)
+    assert answered.status_code == (421 if host in HOSTS_REFUSED else 200), host
+
+
+@pytest.mark.parametrize("origin", ORIGINS_REFUSED + ORIGINS_ACCEPTED)
+async def test_name_star_accepts_only_a_port_after_the_colon_in_origin(
+    initialize: dict[str, Any], origin: str, anyio_backend: str
+) -> None:
+    served = app(host="127.0.0.1", allowed_origins=["https://app.example:*"])
+    async with client(served) as http:
+        answered = await http.post("/mcp", headers=headers("alice", Origin=origin), json=initialize)
+    assert answered.status_code == (403 if origin in ORIGINS_REFUSED else 200), origin
+
+
 async def _session(
     http: httpx2.AsyncClient, token: str, initialize: dict[str, Any]
 ) -> dict[str, str]:
@@ -134,6 +204,92 @@ async def test_odd_bodies_reach_the_sdk_unchanged_or_marked(
         answered = await http.post("/mcp", headers=session, content=raw.encode())
         (block,) = _result(answered)["result"]["content"]
         assert block["text"] == (await python_answer("remember", nested)).content
+
+
+# Each body repeats a key outside a tool call's arguments: its id, and where.
+REPEATS_REFUSED: list[tuple[str, int | str | None, str]] = [
+    (
+        (
+            '{"jsonrpc":"2.0","id":5,"method":"tools/call",'
+            '"params":{"name":"recall","name":"remember","arguments":{"content":"A"}}}'
+        ),
+        5,
+        "params.name",
+    ),
+    (
+        (
+            '{"jsonrpc":"2.0","id":"six","method":"tools/call",'
+            '"params":{"name":"remember","arguments":{"content":"A"},"arguments":{"content":"B"}}}'
+        ),
+        "six",
+        "params.arguments",
+    ),
+    (
+        (
+            '{"jsonrpc":"2.0","id":7,"method":"tools/list","method":"tools/call",'
+            '"params":{"name":"remember","arguments":{"content":"A"}}}'
+        ),
+        7,
+        "method",
+    ),
+    (
+        (
+            '{"jsonrpc":"2.0","id":8,"id":9,"method":"tools/call",'
+            '"params":{"name":"remember","arguments":{"content":"A"}}}'
+        ),
+        None,
+        "id",
+    ),
+    (
+        (
+            '{"jsonrpc":"2.0","id":true,"method":"tools/call",'
+            '"params":{"name":"remember","arguments":{"content":"A"},"_meta":{"x":1,"x":2}}}'
+        ),
+        None,
+        "params._meta.x",
+    ),
+    (
+        (
+            '{"jsonrpc":"2.0","id":10,"method":"prompts/get",'
+            '"params":{"name":"memory","arguments":{"a":"1","a":"2"}}}'
+        ),
+        10,
+        "params.arguments.a",
+    ),
+    (
+        (
+            '{"jsonrpc":"2.0","id":11,"method":"tools/call",'
+            '"params":{"name":"remember","arguments":{"content":"A"},"_meta":[{"y":[{"z":1,"z":2}]}]}}'
+        ),
+        11,
+        "params._meta[0].y[0].z",
+    ),
+    ('[{"jsonrpc":"2.0","id":12,"method":"tools/list","jsonrpc":"2.0"}]', None, "[0].jsonrpc"),
+    ('{"jsonrpc":"2.0","method":"notifications/initialized","method":"x"}', None, "method"),
+]
+
+
+async def test_a_repeated_key_outside_tool_arguments_refuses_the_request(
+    initialize: dict[str, Any], anyio_backend: str
+) -> None:
+    async with client(app()) as http:
+        session = await _session(http, "dora", initialize)
+        for body, request_id, path in REPEATS_REFUSED:
+            answered = await http.post("/mcp", headers=session, content=body.encode())
+            assert answered.status_code == 400, body
+            assert answered.headers["content-type"] == "application/json"
+            error = answered.json()
+            assert error["jsonrpc"] == "2.0"
+            assert error["id"] == request_id, body
+            assert error["error"]["code"] == -32600
+            assert error["error"]["message"] == (
+                f"Invalid Request: a JSON object in the request repeats a key ({path})"
+            )
+        recall = '{"jsonrpc":"2.0","id":13,"method":"tools/call","params":{"name":"recall"}}'
+        recalled = _result(await http.post("/mcp", headers=session, content=recall.encode()))
+    (block,) = recalled["result"]["content"]
+    # Nothing was stored: the memory block lists no fact.
+    assert not [line for line in block["text"].splitlines() if line.startswith("{")]
 
 
 async def test_an_ipv6_bind_accepts_its_own_host(

@@ -17,6 +17,10 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+from mcp.types import TextContent
 
 from psych_runtime.tools.mcp._server import ARGUMENTS_AS_SENT
 
@@ -219,6 +223,49 @@ def es256(subject: str) -> str:
     return jwt.encode(claims(subject), P256, algorithm="ES256")
 
 
+async def statuses_seen_by_the_sdk_client(url: str, token: str, **extra: str) -> set[int]:
+    """Connect with the SDK's client; the HTTP statuses it got, once it gave up or listed tools."""
+    statuses: set[int] = set()
+
+    async def record(response: httpx2.Response) -> None:
+        statuses.add(response.status_code)
+
+    headers = {"Authorization": f"Bearer {token}", **extra}
+    async with httpx2.AsyncClient(
+        headers=headers, timeout=30, event_hooks={"response": [record]}
+    ) as http:
+        try:
+            async with Client(streamable_http_client(url, http_client=http)) as client:
+                await client.list_tools()
+        except Exception:  # noqa: BLE001, S110 - the statuses say why the client gave up
+            pass
+    return statuses
+
+
+@pytest.mark.anyio
+async def test_a_token_whose_time_claims_are_not_numbers_gets_401(
+    initialize: dict[str, Any], running_http: Launcher, key_file: Path, anyio_backend: str
+) -> None:
+    now = int(time.time())
+    good = claims("alice")
+    bad = [
+        {**good, "exp": str(now + 300)},
+        {**good, "nbf": str(now - 60)},
+        {**good, "iat": True},
+        {**good, "nbf": False},
+    ]
+    with launch_with_key(running_http, key_file) as running:
+        for payload in bad:
+            token = jwt.encode(payload, P256, algorithm="ES256")
+            response = post(running.url, token, initialize)
+            assert response.status_code == 401, payload
+            assert "resource_metadata" in response.headers["www-authenticate"]
+            assert await statuses_seen_by_the_sdk_client(running.url, token) == {401}
+        accepted = await statuses_seen_by_the_sdk_client(running.url, es256("alice"))
+    assert accepted
+    assert all(status < 300 for status in accepted)
+
+
 def test_sessions_are_bounded_per_end_user_and_in_total(
     initialize: dict[str, Any], running_http: Launcher, key_file: Path
 ) -> None:
@@ -232,7 +279,11 @@ def test_sessions_are_bounded_per_end_user_and_in_total(
         assert "Too many open sessions for this user" in refused.text
         # Alice's sessions leave room for others: Bob is not refused.
         assert open_session(running.url, es256("bob"), initialize).status_code == 200
-        assert open_session(running.url, es256("carol"), initialize).status_code == 503
+        full = open_session(running.url, es256("carol"), initialize)
+        assert full.status_code == 503
+        assert "Too many open sessions" in full.text
+        # The sessions just opened end idle after the default 600 s at the latest.
+        assert 1 <= int(full.headers["retry-after"]) <= 600
         # A session the client deletes frees its place at once.
         session = opened[0].headers["mcp-session-id"]
         headers = {
@@ -292,6 +343,37 @@ def test_allowed_hosts_and_origins_can_be_added(
             post(running.url, token, initialize, Origin="https://evil.example").status_code == 403
         )
         assert post(running.url, token, initialize, Host="proxy.internal:8443").status_code == 421
+
+
+@pytest.mark.anyio
+async def test_a_name_with_any_port_accepts_only_a_port_after_the_colon(
+    initialize: dict[str, Any], running_http: Launcher, key_file: Path, anyio_backend: str
+) -> None:
+    options = ("--allowed-host", "proxy.internal:*", "--allowed-origin", "https://app.example:*")
+    with launch_with_key(running_http, key_file, "--host", "127.0.0.1", *options) as running:
+        port = urlsplit(running.url).port
+        token = es256("alice")
+        refused = [
+            ({"Host": f"localhost:{port}.evil.com"}, 421),
+            ({"Host": f"127.0.0.1:{port}@evil.com"}, 421),
+            ({"Host": "proxy.internal:8443.evil.com"}, 421),
+            ({"Origin": "http://localhost:1@evil.com"}, 403),
+            ({"Origin": "https://app.example:443.evil.com"}, 403),
+        ]
+        for headers, status in refused:
+            assert post(running.url, token, initialize, **headers).status_code == status, headers
+            seen = await statuses_seen_by_the_sdk_client(running.url, token, **headers)
+            assert seen == {status}, headers
+        accepted = [
+            {"Host": f"localhost:{port}"},
+            {"Host": "proxy.internal:8443"},
+            {"Origin": "https://app.example:8443"},
+        ]
+        for headers in accepted:
+            assert post(running.url, token, initialize, **headers).status_code == 200, headers
+            seen = await statuses_seen_by_the_sdk_client(running.url, token, **headers)
+            assert seen, headers
+            assert all(status < 300 for status in seen), headers
 
 
 class Session:
@@ -361,6 +443,85 @@ async def test_arguments_with_a_repeated_key_are_refused_as_the_python_tools_ref
     assert '"kept"' in recalled
     assert '"A"' not in recalled
     assert '"B"' not in recalled
+
+
+class RepeatingTransport(httpx2.AsyncBaseTransport):
+    """Sends what the SDK's client sends, with ``params`` of each tool call opened by ``prefix``.
+
+    ``prefix`` repeats a key the client sends after it (``"name":"forget",``),
+    so the last one, the client's own, is the one a lenient parser keeps.
+    """
+
+    def __init__(self, prefix: bytes) -> None:
+        self._inner = httpx2.AsyncHTTPTransport()
+        self._prefix = prefix
+        self.on = False
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        body = request.content if request.method == "POST" else b""
+        if self.on and b'"method":"tools/call"' in body:
+            changed = body.replace(b'"params":{', b'"params":{' + self._prefix, 1)
+            headers = [(k, v) for k, v in request.headers.raw if k.lower() != b"content-length"]
+            request = httpx2.Request(request.method, request.url, headers=headers, content=changed)
+        return await self._inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+async def refused_for_the_sdk_client(url: str, token: str, prefix: bytes) -> MCPError:
+    """What the SDK's client gets for a ``remember`` sent with ``prefix``; nothing is stored."""
+    transport = RepeatingTransport(prefix)
+    headers = {"Authorization": f"Bearer {token}"}
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=30, transport=transport) as http,
+        Client(streamable_http_client(url, http_client=http)) as client,
+    ):
+        transport.on = True
+        with pytest.raises(MCPError) as refused:
+            await client.call_tool("remember", {"content": "A"})
+        transport.on = False
+        recalled = await client.call_tool("recall", {})
+    (block,) = recalled.content
+    assert isinstance(block, TextContent)
+    assert not [line for line in block.text.splitlines() if line.startswith("{")]
+    return refused.value
+
+
+@pytest.mark.anyio
+async def test_a_repeated_key_above_the_arguments_is_refused_for_raw_and_sdk_clients(
+    initialize: dict[str, Any], running_http: Launcher, key_file: Path, anyio_backend: str
+) -> None:
+    token = es256(f"above-{anyio_backend}")
+    with launch_with_key(running_http, key_file) as running:
+        # Raw: the requests a lenient parser would read as remember("B") and remember("A").
+        session = Session(running.url, token, initialize)
+        raw = [
+            (
+                '{"jsonrpc":"2.0","id":8,"method":"tools/call","params":'
+                '{"name":"remember","arguments":{"content":"A"},"arguments":{"content":"B"}}}'
+            ),
+            (
+                '{"jsonrpc":"2.0","id":9,"method":"tools/call",'
+                '"params":{"name":"recall","name":"remember","arguments":{"content":"A"}}}'
+            ),
+        ]
+        for body in raw:
+            answered = session.send(body)
+            assert answered.status_code == 400, body
+            assert answered.json()["id"] == json.loads(body)["id"]
+            assert answered.json()["error"]["code"] == -32600
+        prefixes = {
+            "params.name": b'"name":"forget",',
+            "params.arguments": b'"arguments":{"content":"B"},',
+            "params._meta": b'"_meta":{},',
+        }
+        for path, prefix in prefixes.items():
+            refused = await refused_for_the_sdk_client(running.url, token, prefix)
+            assert refused.error.code == -32600
+            assert refused.error.message == (
+                f"Invalid Request: a JSON object in the request repeats a key ({path})"
+            )
 
 
 def test_long_subjects_are_served_each_as_its_own_end_user(

@@ -84,6 +84,31 @@ async def test_tokens_breaking_a_rule_are_refused(
     assert await verifier().verify_token(token(**claims)) is None
 
 
+NOT_NUMBERS: dict[str, Any] = {
+    "numeric string": str,
+    "decimal string": lambda number: f"{number}.0",
+    "true": lambda _: True,
+    "false": lambda _: False,
+    "null": lambda _: None,
+    "list": lambda number: [number],
+    "object": lambda number: {"value": number},
+}
+
+
+@pytest.mark.parametrize("kind", NOT_NUMBERS)
+@pytest.mark.parametrize("name", ["exp", "nbf", "iat"])
+async def test_a_time_claim_that_is_not_a_json_number_is_refused(
+    name: str, kind: str, anyio_backend: str
+) -> None:
+    now = int(time.time())
+    # The same claim as a number, an integer or not, is accepted.
+    number = {"exp": now + 300.5, "nbf": now - 60.5, "iat": now - 60}[name]
+    payload = {"iss": ISSUER, "sub": "alice", "aud": AUDIENCE, "exp": now + 300, name: number}
+    assert await verifier().verify_token(jwt.encode(payload, KEY, algorithm="ES256")) is not None
+    payload[name] = NOT_NUMBERS[kind](int(number))
+    assert await verifier().verify_token(jwt.encode(payload, KEY, algorithm="ES256")) is None
+
+
 async def test_forged_and_confused_signatures_are_refused(anyio_backend: str) -> None:
     assert await verifier().verify_token(token(ec.generate_private_key(ec.SECP256R1()))) is None
     # The public key used as an HMAC secret: the classic algorithm confusion.

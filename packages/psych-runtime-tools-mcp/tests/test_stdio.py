@@ -138,9 +138,62 @@ def test_a_bad_key_is_refused_at_launch_in_one_line(db_path: Path) -> None:
     assert done.returncode == 2
     assert done.stdout == ""
     assert done.stderr.count("\n") == 1
-    assert done.stderr.startswith("psych-memory-mcp: error: --user ")
+    assert done.stderr.startswith("psych-memory-mcp: error: --user: ")
     assert "alice" not in done.stderr
     assert not db_path.exists()
+
+
+async def exchange(lines: list[str], last: int) -> dict[Any, Any]:
+    """Send raw lines to the console script; its answers by id, once ``last`` is answered."""
+    environment = {name: value for name, value in os.environ.items() if name.startswith("COV")}
+    command = [script(), "--store", "memory:", "--tenant", TENANT, "--user", USER]
+    answers: dict[Any, Any] = {}
+    with anyio.fail_after(60):
+        async with await anyio.open_process(command, env=environment) as process:
+            assert process.stdin is not None
+            assert process.stdout is not None
+            await process.stdin.send(("\n".join(lines) + "\n").encode())
+            received = b""
+            async for chunk in process.stdout:
+                received += chunk
+                if not received.endswith(b"\n"):
+                    continue
+                answers = {
+                    message["id"]: message
+                    for message in map(json.loads, received.splitlines())
+                    if "id" in message
+                }
+                if last in answers:
+                    break
+            await process.stdin.aclose()
+    return answers
+
+
+def tool_call(number: int, params: str) -> str:
+    return f'{{"jsonrpc":"2.0","id":{number},"method":"tools/call","params":{params}}}'
+
+
+async def test_a_repeated_key_above_the_arguments_is_answered_with_an_error_over_stdio(
+    anyio_backend: str, initialize: dict[str, Any]
+) -> None:
+    lines = [
+        json.dumps(initialize),
+        '{"jsonrpc":"2.0","method":"notifications/initialized"}',
+        tool_call(2, '{"name":"recall","name":"remember","arguments":{"content":"A"}}'),
+        tool_call(3, '{"name":"remember","arguments":{"content":"A"},"arguments":{"content":"B"}}'),
+        '{"jsonrpc":"2.0","id":5,"id":6,"method":"tools/call","params":{"name":"recall"}}',
+        '{"jsonrpc":"2.0","method":"notifications/initialized","method":"x"}',
+        tool_call(4, '{"name":"recall"}'),
+    ]
+    answers = await exchange(lines, 4)
+    message = "Invalid Request: a JSON object in the request repeats a key"
+    assert answers[2]["error"] == {"code": -32600, "message": f"{message} (params.name)"}
+    assert answers[3]["error"] == {"code": -32600, "message": f"{message} (params.arguments)"}
+    assert answers[None]["error"]["code"] == -32600
+    assert 5 not in answers
+    assert 6 not in answers
+    recalled = answers[4]["result"]["content"][0]["text"]
+    assert not [line for line in recalled.splitlines() if line.startswith("{")]
 
 
 async def test_arguments_with_a_repeated_key_are_refused_over_stdio_too(
@@ -161,25 +214,7 @@ async def test_arguments_with_a_repeated_key_are_refused_over_stdio_too(
         call(3, "remember", '{"content":"kept"}', {ARGUMENTS_AS_SENT: repeated}),
         call(4, "recall", "{}"),
     ]
-    environment = {name: value for name, value in os.environ.items() if name.startswith("COV")}
-    command = [script(), "--store", "memory:", "--tenant", TENANT, "--user", USER]
-    answers: dict[int, Any] = {}
-    with anyio.fail_after(60):
-        async with await anyio.open_process(command, env=environment) as process:
-            assert process.stdin is not None
-            assert process.stdout is not None
-            await process.stdin.send(("\n".join(lines) + "\n").encode())
-            received = b""
-            async for chunk in process.stdout:
-                received += chunk
-                answers = {
-                    message["id"]: message["result"]
-                    for message in map(json.loads, received.splitlines())
-                    if "id" in message
-                }
-                if 4 in answers:
-                    break
-            await process.stdin.aclose()
+    answers = {number: message["result"] for number, message in (await exchange(lines, 4)).items()}
     (refused,) = answers[2]["content"]
     assert answers[2]["isError"] is True
     assert refused["text"] == (await python_answer("remember", repeated)).content

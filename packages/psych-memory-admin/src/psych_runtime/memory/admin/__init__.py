@@ -8,12 +8,16 @@ this package imports no adapter itself.
 
 It also installs the operator's command ``psych-memory`` (export, import,
 erase, users, count, migrate) with the extra ``psych-memory-admin[cli]``;
-`main` runs it in-process and `ExitCode`
-lists what its exit status means.
+`main` runs it in-process. What it shares with the MCP server's command
+``psych-memory-mcp`` is here, for both: `ExitCode`, one table of exit
+statuses (`exit_codes_help` for a command's help), `open_for_command`,
+which opens a store and words any failure as a `CommandError` with its
+exit code, and `KEY_OPTIONS`, the option naming each key argument.
 """
 
+from ._commands import KEY_OPTIONS, open_for_command
 from ._errors import StoreBackendError, StoreUrlError, UnknownSchemeError
-from ._exit import ExitCode
+from ._exit import CommandError, ExitCode, exit_codes_help
 from ._main import main
 from ._open import ENTRY_POINT_GROUP, open_memory, store_schemes
 from ._url import redact_url
@@ -21,11 +25,15 @@ from ._version import __version__ as __version__
 
 __all__ = [
     "ENTRY_POINT_GROUP",
+    "KEY_OPTIONS",
+    "CommandError",
     "ExitCode",
     "StoreBackendError",
     "StoreUrlError",
     "UnknownSchemeError",
+    "exit_codes_help",
     "main",
+    "open_for_command",
     "open_memory",
     "redact_url",
     "store_schemes",

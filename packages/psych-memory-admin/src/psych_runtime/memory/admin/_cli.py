@@ -29,7 +29,8 @@ import click
 
 from psych_runtime.memory.port import InvalidInputError, MemoryKey
 
-from ._cli_stores import checked_key, checked_tenant, one_line, opened, refusals_naming
+from ._cli_stores import checked_key, checked_tenant, refusals_naming
+from ._commands import one_line, open_for_command
 from ._errors import (
     CopyMismatchError,
     FactRefusedError,
@@ -38,7 +39,7 @@ from ._errors import (
     ImportStoppedError,
     OperationRefusedError,
 )
-from ._exit import CommandError, ExitCode
+from ._exit import CommandError, ExitCode, exit_codes_help
 from ._format import ExportFormatError, ExportReader, Layout, export_head, export_tail, utc_text
 from ._migrate import Migration, Progress, migrate
 from ._operations import (
@@ -106,8 +107,7 @@ def _run(body: Callable[..., Awaitable[int]], *args: Any) -> int:
 
 @click.group(
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
-    epilog="Exit codes: 0 done, 1 unexpected failure, 2 bad usage, 3 store unavailable, "
-    "4 no facts for that end user, 5 refused, 6 cancelled.",
+    epilog=exit_codes_help(),
 )
 @click.version_option(__version__, prog_name=PROG)
 def cli() -> None:
@@ -157,7 +157,7 @@ def export(url: str, tenant: str, end_user: str, output: Path | None, layout: La
 
     async def body() -> int:
         with _spool(output) as spool, refusals_naming(_ONE_STORE):
-            async with opened(url, "URL", must_exist=True) as store:
+            async with open_for_command(url, "URL", must_exist=True) as store:
                 count = await export_facts(store, key, layout, spool)
             if not count:
                 raise CommandError(
@@ -220,7 +220,7 @@ def import_(url: str, file: str) -> int:
         async def body() -> int:
             with refusals_naming(_ONE_STORE, _import_rule):
                 try:
-                    async with opened(url, "URL", must_exist=False) as store:
+                    async with open_for_command(url, "URL", must_exist=False) as store:
                         done = await import_facts(store, key, reader)
                 except ImportStoppedError as exc:
                     raise _import_stopped(exc) from _cause_kept(exc)
@@ -323,7 +323,7 @@ def erase(url: str, tenant: str, end_user: str, yes: bool, as_json: bool) -> int
             raise click.exceptions.Abort
 
     async def body() -> int:
-        async with opened(url, "URL", must_exist=True) as store:
+        async with open_for_command(url, "URL", must_exist=True) as store:
             receipt = await erase_end_user(store, key, redact_url(url))
             if not receipt.facts_deleted and counted is None:
                 raise _nothing_to_erase()
@@ -384,7 +384,7 @@ def _line_unless_interrupted() -> str:
 
 async def _counted_for_erase(url: str, key: MemoryKey) -> int:
     with refusals_naming(_ONE_STORE):
-        async with opened(url, "URL", must_exist=True) as store:
+        async with open_for_command(url, "URL", must_exist=True) as store:
             held = await count_facts(store, key)
     if not held:
         raise _nothing_to_erase()
@@ -450,7 +450,7 @@ def users(url: str, tenant: str) -> int:
 
     async def body() -> int:
         with refusals_naming(_ONE_STORE):
-            async with opened(url, "URL", must_exist=True) as store:
+            async with open_for_command(url, "URL", must_exist=True) as store:
                 found = await lister(store).end_users(name)
         for end_user in found:
             click.echo(end_user)
@@ -474,7 +474,7 @@ def count(url: str, tenant: str | None, end_user: str | None) -> int:
 
     async def body() -> int:
         with refusals_naming(_ONE_STORE):
-            async with opened(url, "URL", must_exist=True) as store:
+            async with open_for_command(url, "URL", must_exist=True) as store:
                 if key is not None:
                     total = await count_facts(store, key)
                 else:
@@ -512,8 +512,10 @@ def migrate_(from_url: str, to_url: str, tenant: str | None, jobs: int, verbose:
     async def body() -> int:
         with refusals_naming(_TWO_STORES, _migration_rule):
             async with (
-                opened(from_url, "FROM_URL", must_exist=True) as source,
-                opened(to_url, "TO_URL", must_exist=False, own_failures_only=True) as destination,
+                open_for_command(from_url, "FROM_URL", must_exist=True) as source,
+                open_for_command(
+                    to_url, "TO_URL", must_exist=False, own_failures_only=True
+                ) as destination,
             ):
                 with _progress(verbose=verbose) as display:
                     done: Migration = await migrate(

@@ -1,14 +1,19 @@
-"""The exit codes of ``psych-memory``, and the one error its commands raise to stop."""
+"""The exit codes of both commands, and the one error they raise to stop."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from enum import IntEnum
 
-__all__ = ["CommandError", "ExitCode"]
+__all__ = ["CommandError", "ExitCode", "exit_codes_help"]
 
 
 class ExitCode(IntEnum):
-    """What the process's exit status means; scripts may rely on these numbers."""
+    """What the exit status of ``psych-memory`` and ``psych-memory-mcp`` means.
+
+    One table for both commands; scripts may rely on these numbers. The MCP
+    server exits with `DONE`, `FAILED`, `USAGE` or `UNAVAILABLE` only.
+    """
 
     DONE = 0
     """The command did what was asked."""
@@ -26,8 +31,26 @@ class ExitCode(IntEnum):
     """The operator declined the confirmation or interrupted the command."""
 
 
+_SUMMARIES = {
+    ExitCode.DONE: "done",
+    ExitCode.FAILED: "unexpected failure",
+    ExitCode.USAGE: "bad usage",
+    ExitCode.UNAVAILABLE: "store unavailable",
+    ExitCode.NOT_FOUND: "no facts for that end user",
+    ExitCode.REFUSED: "refused",
+    ExitCode.CANCELLED: "cancelled",
+}
+
+
+def exit_codes_help(codes: Iterable[ExitCode] = tuple(ExitCode)) -> str:
+    """One line for a command's help naming ``codes``: ``Exit codes: 0 done, 1 ...``."""
+    return "Exit codes: " + ", ".join(f"{int(code)} {_SUMMARIES[code]}" for code in codes) + "."
+
+
 class CommandError(Exception):
-    """Stop the command: print one line naming the argument and the rule, exit with ``code``.
+    """Stop a command: print one line naming the argument and the rule, exit with ``code``.
+
+    `open_for_command` raises it, and every refusal of ``psych-memory``.
 
     Attributes:
         argument: The argument or option at fault, as the operator typed it

@@ -24,6 +24,7 @@ from psych_runtime.tools.builtins import MemoryTools, ToolLimits
 from ._http import (
     AnswerUncheckable,
     CheckingVerifier,
+    HostAndOrigin,
     RepeatedKeys,
     SessionsPerUser,
     transport_security,
@@ -115,7 +116,7 @@ def memory_http_app(  # noqa: PLR0913 - keyword-only settings
     A request whose token cannot be checked now (the verifier raises: for
     `JwtVerifier`, its JWKS cannot be fetched) gets HTTP 503 with
     ``Retry-After`` when known. A request that would open a session beyond
-    ``max_sessions`` gets 503, beyond the end user's
+    ``max_sessions`` gets 503 with ``Retry-After``, beyond the end user's
     ``max_sessions_per_user`` 429. A request whose ``Host`` or ``Origin`` is
     not allowed gets 421 or 403 (see ``allowed_hosts``). A ``tools/call``
     whose arguments repeat a key is refused as the Python tools refuse it.
@@ -142,10 +143,12 @@ def memory_http_app(  # noqa: PLR0913 - keyword-only settings
         allowed_hosts: ``Host`` values accepted besides the host of
             ``resource_server_url``, the bind address on any port and, for a
             loopback or wildcard bind, the loopback names on any port
-            (``name:*`` accepts any port).
+            (``name:*`` accepts ``name:`` followed by a port, 1 to 65535,
+            and nothing else).
         allowed_origins: ``Origin`` values accepted besides the origin of
             ``resource_server_url`` and, for a loopback bind, the loopback
-            origins; a request without ``Origin`` is accepted.
+            origins (``scheme://name:*`` as for hosts); a request without
+            ``Origin`` is accepted.
         **limits: The limits `memory_tools` takes, as a `ToolLimits` holds
             them, for every user's tools.
 
@@ -229,7 +232,9 @@ def http_app(  # noqa: PLR0913 - keyword-only settings
         max_sessions=sessions.max_sessions,
         session_idle_timeout=sessions.session_idle_timeout,
     )
-    # Inside authentication, which sets the user they count sessions for.
+    # Before the SDK's own check of Host and Origin, which matches name:* by prefix.
+    app.user_middleware.append(Middleware(HostAndOrigin, path=path, security=security))
+    # Inside authentication, which sets the user they read bodies and count sessions for.
     app.user_middleware.append(Middleware(RepeatedKeys, path=path))
     app.user_middleware.append(
         Middleware(

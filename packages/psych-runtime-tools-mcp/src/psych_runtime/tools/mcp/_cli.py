@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import sys
 from collections.abc import Awaitable, Callable, Sequence
@@ -12,11 +11,16 @@ from typing import NoReturn
 
 import anyio
 
-from psych_runtime.memory.admin import StoreBackendError, open_memory
+from psych_runtime.memory.admin import (
+    KEY_OPTIONS,
+    CommandError,
+    ExitCode,
+    exit_codes_help,
+    open_for_command,
+)
 from psych_runtime.memory.port import (
     InvalidKeyError,
     MemoryStore,
-    MemoryStoreError,
     memory_key,
     validate_key_part,
     validate_seconds,
@@ -40,7 +44,8 @@ from ._uvicorn import serve_http
 __all__ = ["main"]
 
 _PROGRAM = "psych-memory-mcp"
-_OPTION_OF_ARGUMENT = {"end_user_id": "--user"}
+# The exit codes of the psych-memory command's table this command can end with.
+_EXIT_CODES = (ExitCode.DONE, ExitCode.FAILED, ExitCode.USAGE, ExitCode.UNAVAILABLE)
 _HTTP_ONLY_OPTIONS = (
     "tenant_claim",
     "audience",
@@ -73,8 +78,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv: The arguments, without the program name; ``sys.argv`` when ``None``.
 
     Returns:
-        The exit status: 0 after a clean shutdown, 1 when the store cannot be
-        opened, 2 for a bad command line (one line on stderr says why).
+        The exit status, an `ExitCode` of the table ``psych-memory`` shares:
+        0 after a clean shutdown, 2 for a bad command line or a store URL
+        refused (one line on stderr says why), 3 when the store cannot be
+        opened or reached, 1 for an unexpected failure to open it. A bad
+        command line raises ``SystemExit(2)`` instead.
     """
     parser = _parser()
     args = parser.parse_args(argv)
@@ -92,6 +100,7 @@ def _parser() -> _OneLineParser:
             "serves one end user, fixed by --tenant and --user. With --http, each "
             "request's end user comes from its verified OAuth access token."
         ),
+        epilog=exit_codes_help(_EXIT_CODES),
     )
     parser.add_argument(
         "--store",
@@ -158,13 +167,19 @@ def _parser() -> _OneLineParser:
         "--allowed-host",
         action="append",
         default=[],
-        help="a Host header to accept besides the public URL's (repeatable; NAME:* for any port)",
+        help=(
+            "a Host header to accept besides the public URL's "
+            "(repeatable; NAME:* for NAME:PORT, any port from 1 to 65535)"
+        ),
     )
     http.add_argument(
         "--allowed-origin",
         action="append",
         default=[],
-        help="an Origin header to accept besides the public URL's (repeatable)",
+        help=(
+            "an Origin header to accept besides the public URL's "
+            "(repeatable; SCHEME://NAME:* for any port)"
+        ),
     )
     return parser
 
@@ -181,7 +196,7 @@ def _main_stdio(parser: _OneLineParser, args: argparse.Namespace) -> int:
     try:
         key = memory_key(args.tenant, args.user)
     except InvalidKeyError as error:
-        parser.error(f"{_OPTION_OF_ARGUMENT.get(error.argument, '--tenant')} {error.rule}")
+        parser.error(f"{KEY_OPTIONS.get(error.argument, error.argument)}: {error.rule}")
     limits = _tool_limits(parser, args)
 
     async def serve(memory: MemoryStore) -> None:
@@ -191,7 +206,7 @@ def _main_stdio(parser: _OneLineParser, args: argparse.Namespace) -> int:
         async with marked_stdio() as (read_stream, write_stream):
             await server.run(read_stream, write_stream, server.create_initialization_options())
 
-    return anyio.run(_serve_store, parser, args.store, serve)
+    return anyio.run(_serve_store, args.store, serve)
 
 
 def _main_http(parser: _OneLineParser, args: argparse.Namespace) -> int:
@@ -212,7 +227,7 @@ def _main_http(parser: _OneLineParser, args: argparse.Namespace) -> int:
         try:
             validate_key_part(args.tenant, "tenant")
         except InvalidKeyError as error:
-            parser.error(f"--tenant {error.rule}")
+            parser.error(f"{KEY_OPTIONS[error.argument]}: {error.rule}")
     try:
         key = args.jwt_key_file.read_text() if args.jwt_key_file is not None else None
     except OSError as error:
@@ -244,7 +259,7 @@ def _main_http(parser: _OneLineParser, args: argparse.Namespace) -> int:
         await serve_http(app, host=args.host, port=args.port, path=args.path)
 
     # uvicorn runs on asyncio only.
-    return anyio.run(_serve_store, parser, args.store, serve, backend="asyncio")
+    return anyio.run(_serve_store, args.store, serve, backend="asyncio")
 
 
 def _tool_limit_value(text: str) -> int | None:
@@ -298,21 +313,26 @@ def _tool_limits(parser: _OneLineParser, args: argparse.Namespace) -> ToolLimits
         parser.error(f"a limit is refused: {error}")
 
 
-async def _serve_store(
-    parser: _OneLineParser, url: str, serve: Callable[[MemoryStore], Awaitable[None]]
-) -> int:
-    async with contextlib.AsyncExitStack() as stack:
-        try:
-            memory = await stack.enter_async_context(open_memory(url))
-        except ValueError as error:
-            parser.error(f"--store: {error}")
-        except Exception as error:  # noqa: BLE001 - any failure to open is one line
-            # The port's and the opener's errors never hold a password; others
-            # (a driver's, the file system's) are named by type only.
-            shown = str(error) if isinstance(error, MemoryStoreError | StoreBackendError) else ""
-            reason = f"{type(error).__name__}: {shown}" if shown else type(error).__name__
-            print(f"{_PROGRAM}: error: the store cannot be opened ({reason})", file=sys.stderr)
-            return 1
-        # Leaving the stack closes the store: shutdown never leaves it open.
-        await serve(memory)
-    return 0
+async def _serve_store(url: str, serve: Callable[[MemoryStore], Awaitable[None]]) -> int:
+    # The store is opened, and each refusal worded, as psych-memory does it.
+    entered = False
+    try:
+        # Leaving the block closes the store: shutdown never leaves it open.
+        async with open_for_command(url, "--store", must_exist=False) as memory:
+            entered = True
+            await serve(memory)
+    except CommandError as error:
+        _fail(f"{error.argument}: {error.rule}")
+        return error.code
+    except Exception as error:
+        if entered:
+            raise
+        # Neither the port's nor the opener's: a driver's or the file
+        # system's, whose message might hold a password, named by type only.
+        _fail(f"--store: cannot be opened ({type(error).__qualname__}); unexpected failure")
+        return ExitCode.FAILED
+    return ExitCode.DONE
+
+
+def _fail(message: str) -> None:
+    print(f"{_PROGRAM}: error: {message}", file=sys.stderr)

@@ -6,6 +6,7 @@ import ipaddress
 import json
 import logging
 import math
+import re
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from typing import Final
@@ -13,6 +14,7 @@ from urllib.parse import urlsplit
 
 import anyio
 from starlette.datastructures import Headers
+from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
@@ -24,11 +26,12 @@ from mcp.server.transport_security import (
 from mcp.types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from ._jwt import JwtVerifier, KeysUnavailableError
-from ._repeats import mark_repeats
+from ._repeats import RepeatedKeyError, mark_repeats, repeated_key_answer
 
 __all__ = [
     "AnswerUncheckable",
     "CheckingVerifier",
+    "HostAndOrigin",
     "RepeatedKeys",
     "SessionsPerUser",
     "TokensUncheckable",
@@ -39,6 +42,10 @@ _SESSION_HEADER: Final = "mcp-session-id"
 _VERSION_HEADER: Final = "mcp-protocol-version"
 _LOOPBACK_HOSTS: Final = ("127.0.0.1:*", "localhost:*", "[::1]:*")
 _LOOPBACK_ORIGINS: Final = ("http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*")
+_ANY_PORT: Final = ":*"
+# A port as RFC 3986 writes it, without the leading zeros no client sends.
+_PORT: Final = re.compile(r"[1-9][0-9]{0,4}")
+_MAX_PORT: Final = 65535
 
 _logger = logging.getLogger("psych_runtime.tools.mcp")
 
@@ -76,6 +83,52 @@ def transport_security(
         allowed_hosts=list(dict.fromkeys(hosts)),
         allowed_origins=list(dict.fromkeys(origins)),
     )
+
+
+class HostAndOrigin:
+    """Refuse a request to the MCP endpoint whose ``Host`` or ``Origin`` is not allowed.
+
+    The values are those of `transport_security`: each is accepted exactly,
+    and an entry ``name:*`` accepts ``name:`` followed by a port (1 to 65535,
+    digits only) and nothing else. The SDK's own check accepts any text after
+    that colon (``localhost:8000.evil.com``, ``http://localhost:1@evil.com``),
+    so this one runs first and is the one that refuses: 421 for ``Host``, 403
+    for ``Origin``, as the SDK answers. A request without ``Origin`` passes.
+    """
+
+    def __init__(self, app: ASGIApp, *, path: str, security: TransportSecuritySettings) -> None:
+        self._app = app
+        self._path = path
+        self._hosts = tuple(security.allowed_hosts)
+        self._origins = tuple(security.allowed_origins)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if _is_endpoint(scope, self._path):
+            headers = Headers(scope=scope)
+            host = headers.get("host")
+            origin = headers.get("origin")
+            refusal = None
+            if not host or not _allowed(host, self._hosts):
+                refusal = Response("Invalid Host header", status_code=421)
+            elif origin and not _allowed(origin, self._origins):
+                refusal = Response("Invalid Origin header", status_code=403)
+            if refusal is not None:
+                _logger.warning("refused a request: its Host or Origin is not allowed")
+                await refusal(scope, receive, send)
+                return
+        await self._app(scope, receive, send)
+
+
+def _allowed(value: str, allowed: Collection[str]) -> bool:
+    if value in allowed:
+        return True
+    for entry in allowed:
+        if entry.endswith(_ANY_PORT):
+            prefix = entry[: -len("*")]
+            port = value[len(prefix) :]
+            if value.startswith(prefix) and _PORT.fullmatch(port) and int(port) <= _MAX_PORT:
+                return True
+    return False
 
 
 def _ip_address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
@@ -194,6 +247,9 @@ class SessionsPerUser:
     ends when the client deletes it, when the server answers 404 for it, or
     once no request of it has been in flight for ``idle_timeout`` seconds
     (the SDK ends it then too, a little earlier, so a count is never short).
+    The SDK's 503 for one session more than the server holds gets a
+    ``Retry-After``: the seconds until the first idle session ends, or the
+    whole idle timeout when none is idle.
     """
 
     def __init__(self, app: ASGIApp, *, path: str, per_user: int, idle_timeout: float) -> None:
@@ -248,6 +304,11 @@ class SessionsPerUser:
                 if session_id is not None:
                     self._sessions[session_id] = _Session(owner)
                     opened.append(session_id)
+            elif message["type"] == "http.response.start" and message["status"] == 503:
+                # The SDK's refusal of one session more than the server holds.
+                retry_after = self._retry_after(anyio.current_time())
+                headers = [*message["headers"], (b"retry-after", str(retry_after).encode())]
+                message = {**message, "headers": headers}
             await send(message)
 
         try:
@@ -285,6 +346,16 @@ class SessionsPerUser:
         if status == 404 or (deleted and status < 400):
             self._sessions.pop(id_, None)
 
+    def _retry_after(self, now: float) -> int:
+        # When the first idle session ends (the SDK ends it a little earlier);
+        # with none idle, a whole timeout, the soonest a busy one can end idle.
+        ends = [
+            session.idle_since + self._idle_timeout - now
+            for session in self._live_sessions(now)
+            if not session.in_flight
+        ]
+        return max(1, math.ceil(min(ends, default=self._idle_timeout)))
+
     def _live_sessions(self, now: float) -> Iterator[_Session]:
         for session in self._sessions.values():
             if session.in_flight or now - session.idle_since < self._idle_timeout:
@@ -318,11 +389,13 @@ def _may_open_session(headers: Headers) -> bool:
 
 
 class RepeatedKeys:
-    """Mark a ``tools/call`` whose arguments repeat a key, so the tools refuse it.
+    """Refuse a request that repeats a key; mark a ``tools/call`` whose arguments do.
 
     The SDK parses the request body keeping only the last of two equal keys.
-    This reads the body first and marks it with `mark_repeats`. A body
-    larger than the SDK accepts goes on unchanged (the SDK refuses it).
+    This reads the body first and passes it through `mark_repeats`: a
+    repeated key outside a tool call's arguments is answered with HTTP 400
+    and a JSON-RPC error (-32600), and the SDK never sees the request. A
+    body larger than the SDK accepts goes on unchanged (the SDK refuses it).
     """
 
     def __init__(self, app: ASGIApp, *, path: str) -> None:
@@ -355,7 +428,12 @@ class RepeatedKeys:
                 break
         body = b"".join(chunks)
         if complete and size <= DEFAULT_MAX_REQUEST_BODY_SIZE:
-            marked = mark_repeats(body)
+            try:
+                marked = mark_repeats(body)
+            except RepeatedKeyError as error:
+                _logger.warning("refused a request: %s", error)
+                await _send_answer(send, 400, repeated_key_answer(error), {})
+                return
             if marked is not None:
                 body = marked
                 scope = {**scope, "headers": _headers_with_length(scope["headers"], len(body))}

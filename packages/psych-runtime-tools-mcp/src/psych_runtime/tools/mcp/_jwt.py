@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Sequence
 from typing import Any, Final
 
@@ -32,6 +33,9 @@ DEFAULT_JWKS_TIMEOUT: Final = 5.0
 """The most seconds one fetch of the JWKS may take, unless told otherwise."""
 
 _REQUIRED_CLAIMS: Final = ("exp", "iss", "sub", "aud")
+# RFC 7519 makes these NumericDate values, JSON numbers; PyJWT reads them with
+# int(), which also takes a numeric string or a bool.
+_TIME_CLAIMS: Final = ("exp", "nbf", "iat")
 _ISSUER_SEPARATOR: Final = "#"
 
 
@@ -40,7 +44,8 @@ class JwtVerifier:
 
     It implements the MCP SDK's ``TokenVerifier`` protocol. A token is
     accepted when its signature checks with the configured key, it has not
-    expired (and is not used before ``nbf``), its ``iss`` is one of
+    expired (and is not used before ``nbf``), its ``exp`` and any ``nbf`` and
+    ``iat`` are JSON numbers (RFC 7519's NumericDate), its ``iss`` is one of
     ``issuers``, its ``aud`` names ``audience``, and it has a non-empty
     ``sub``. Anything else makes `verify_token` return ``None`` (the request
     is answered with 401): a malformed token, a header naming an algorithm
@@ -169,6 +174,8 @@ class JwtVerifier:
         subject = claims.get("sub")
         if not isinstance(subject, str) or not subject:
             return None
+        if not all(_is_numeric_date(claims[name]) for name in _TIME_CLAIMS if name in claims):
+            return None
         return AccessToken(
             token=token,
             client_id=_client_id(claims, subject),
@@ -186,6 +193,11 @@ class JwtVerifier:
             return (await self._jwks.key(kid)).key
         except LookupError:
             return None
+
+
+def _is_numeric_date(value: object) -> bool:
+    # bool is an int in Python, but true and false are not numbers in JSON.
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _client_id(claims: dict[str, Any], subject: str) -> str:

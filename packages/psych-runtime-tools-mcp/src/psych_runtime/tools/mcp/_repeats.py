@@ -1,13 +1,47 @@
-"""Arguments that repeat a key: the SDK keeps the last one, so they are marked before it parses."""
+"""Repeated keys in a request: the SDK keeps the last one, so they are found before it parses.
+
+A tool call's arguments that repeat a key are marked, so that the tools
+refuse them with their own message. A repeated key anywhere else in a
+message (``params.name`` twice, ``arguments`` twice, ``id``, ``method``,
+``_meta``, a prompt's arguments) refuses the whole request.
+"""
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Final
 
 from ._server import ARGUMENTS_AS_SENT
 
-__all__ = ["mark_repeats"]
+__all__ = ["REPEATED_KEY_MESSAGE", "RepeatedKeyError", "mark_repeats", "repeated_key_answer"]
+
+REPEATED_KEY_MESSAGE: Final = "Invalid Request: a JSON object in the request repeats a key"
+"""How the JSON-RPC error (code -32600) of a request refused for a repeated key starts."""
+
+_MAX_SHOWN_KEY: Final = 40
+
+
+class RepeatedKeyError(Exception):
+    """A JSON object of the request, outside a tool call's arguments, repeats a key.
+
+    Attributes:
+        path: Where, as dotted keys and ``[index]`` (``params.name``), each key
+            cut to 40 characters: what the client sent, never a value.
+        request_id: The request's ``id`` when it can be read without doubt
+            (a string or an integer, in a message that is not a batch, and
+            not itself repeated), else ``None``; the error answers it.
+    """
+
+    def __init__(self, path: str, request_id: str | int | None) -> None:
+        super().__init__(f"{REPEATED_KEY_MESSAGE} ({path})")
+        self.path = path
+        self.request_id = request_id
+
+
+def repeated_key_answer(error: RepeatedKeyError) -> dict[str, object]:
+    """The JSON-RPC error (-32600) answering a request that repeats a key, saying where."""
+    answered = {"code": -32600, "message": str(error)}
+    return {"jsonrpc": "2.0", "id": error.request_id, "error": answered}
 
 
 class _ObjectWithRepeats(dict[str, Any]):
@@ -26,11 +60,14 @@ def _object_keeping_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def mark_repeats(body: bytes) -> bytes | None:
-    """Mark each ``tools/call`` of a JSON-RPC body whose arguments repeat a key.
+    """Refuse a JSON-RPC body that repeats a key; mark a ``tools/call`` whose arguments do.
 
-    For such a call the arguments as sent (JSON text, every key as often as
-    it was sent) go into its ``_meta`` under `ARGUMENTS_AS_SENT`; that key is
-    removed from every other call's ``_meta``, so only this function sets it.
+    Every JSON object of every message is read, at any depth. For a
+    ``tools/call`` whose arguments (and only they) repeat a key, the
+    arguments as sent (JSON text, every key as often as it was sent) go
+    into its ``_meta`` under `ARGUMENTS_AS_SENT`, for the tools to refuse
+    with their own message; that key is removed from every other call's
+    ``_meta``, so only this function sets it.
 
     Args:
         body: One JSON-RPC message or a batch, as received.
@@ -39,12 +76,19 @@ def mark_repeats(body: bytes) -> bytes | None:
         The body to pass on, compact JSON without a newline, or ``None`` to
         pass on ``body`` unchanged (nothing to mark, or not JSON: the SDK
         refuses that itself).
+
+    Raises:
+        RepeatedKeyError: A JSON object outside a tool call's arguments
+            repeats a key.
     """
     try:
         parsed = json.loads(body, object_pairs_hook=_object_keeping_repeats)
     except (ValueError, RecursionError):
         return None
-    messages = parsed if isinstance(parsed, list) else [parsed]
+    batch = isinstance(parsed, list)
+    messages = parsed if batch else [parsed]
+    for index, message in enumerate(messages):
+        _refuse_repeats(message, f"[{index}]" if batch else "", None if batch else message)
     changed = False
     for message in messages:
         if not isinstance(message, dict) or message.get("method") != "tools/call":
@@ -66,6 +110,59 @@ def mark_repeats(body: bytes) -> bytes | None:
     if not changed:
         return None
     return json.dumps(parsed, separators=(",", ":")).encode()
+
+
+def _refuse_repeats(message: object, root: str, single: object) -> None:
+    """Raise `RepeatedKeyError` for the first object of ``message`` that repeats a key.
+
+    The arguments of a ``tools/call`` are skipped: the tools refuse their
+    repeats. Walked with a stack, so that no depth the parser took is too deep.
+    """
+    skipped = _tool_arguments(message)
+    stack: list[tuple[object, str]] = [(message, root)]
+    while stack:
+        value, path = stack.pop()
+        if value is skipped:
+            continue
+        if isinstance(value, _ObjectWithRepeats):
+            raise RepeatedKeyError(_joined(path, _first_repeated(value)), _request_id(single))
+        if isinstance(value, dict):
+            stack.extend((item, _joined(path, key)) for key, item in value.items())
+        elif isinstance(value, list):
+            stack.extend((item, f"{path}[{index}]") for index, item in enumerate(value))
+
+
+def _first_repeated(value: _ObjectWithRepeats) -> str:
+    seen: set[str] = set()
+    for key, _ in value.pairs:
+        if key in seen:
+            return key
+        seen.add(key)
+    raise AssertionError("an object with repeats repeats a key")  # pragma: no cover
+
+
+def _tool_arguments(message: object) -> object:
+    if isinstance(message, dict) and message.get("method") == "tools/call":
+        params = message.get("params")
+        if isinstance(params, dict) and not isinstance(params, _ObjectWithRepeats):
+            return params.get("arguments")
+    return None
+
+
+def _joined(path: str, key: str) -> str:
+    shown = key if len(key) <= _MAX_SHOWN_KEY else f"{key[:_MAX_SHOWN_KEY]}..."
+    return f"{path}.{shown}" if path else shown
+
+
+def _request_id(message: object) -> str | int | None:
+    if not isinstance(message, dict):
+        return None
+    pairs = message.pairs if isinstance(message, _ObjectWithRepeats) else message.items()
+    ids = [value for key, value in pairs if key == "id"]
+    # An id sent twice is no id to answer.
+    if len(ids) == 1 and isinstance(ids[0], str | int) and not isinstance(ids[0], bool):
+        return ids[0]
+    return None
 
 
 def _json_as_sent(value: object) -> tuple[str, bool]:
