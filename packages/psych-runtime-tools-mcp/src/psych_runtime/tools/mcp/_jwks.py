@@ -107,8 +107,12 @@ class JwksCache:
 
     async def _fetch(self) -> None:
         try:
-            with anyio.fail_after(self._timeout):
-                keys = await self._download()
+            # The client is made outside the bound: loading the CA bundle is
+            # our own work, and on a busy machine it alone could use up a
+            # bound meant for the issuer's answer.
+            async with httpx2.AsyncClient(timeout=self._timeout) as client:
+                with anyio.fail_after(self._timeout):
+                    keys = await self._download(client)
         except Exception:  # noqa: BLE001 - any failure to fetch is one outcome
             self._backoff = min(_MAX_BACKOFF, self._backoff * 2 or _FIRST_BACKOFF)
             self._retry_at = anyio.current_time() + self._backoff
@@ -124,13 +128,12 @@ class JwksCache:
         self._backoff = 0.0
         self._failed = False
 
-    async def _download(self) -> dict[str | None, jwt.PyJWK]:
-        async with httpx2.AsyncClient(timeout=self._timeout) as client:
-            response = await client.get(self._url, headers={"Accept": "application/json"})
-            response.raise_for_status()
-            if len(response.content) > _MAX_JWKS_BYTES:
-                raise ValueError("the JWKS is larger than 1 MiB")
-            keys = jwt.PyJWKSet.from_dict(response.json()).keys
+    async def _download(self, client: httpx2.AsyncClient) -> dict[str | None, jwt.PyJWK]:
+        response = await client.get(self._url, headers={"Accept": "application/json"})
+        response.raise_for_status()
+        if len(response.content) > _MAX_JWKS_BYTES:
+            raise ValueError("the JWKS is larger than 1 MiB")
+        keys = jwt.PyJWKSet.from_dict(response.json()).keys
         # A key published for encryption signs nothing, and a shared secret
         # ("oct") would let anyone who can read it mint tokens.
         return {
