@@ -31,6 +31,7 @@ from psych_runtime.memory.port import (
     Memory,
     MemoryKey,
     RestoresFacts,
+    new_memory_id,
 )
 
 Snapshot = dict[tuple[str, str], tuple[Memory, ...]]
@@ -735,6 +736,70 @@ def test_the_second_of_two_erasures_at_once_says_someone_else_erased_them(
         "outcome:        already erased: another erasure deleted this end user's facts after "
         "they were counted; this command deleted none"
     ) in out.splitlines()
+
+
+RACED_FACTS = 3_000  # more than one batch of a large erase
+
+
+def seed_one_end_user(url: str, end_user: str, count: int) -> None:
+    """Give ``end_user`` of tenant "acme" ``count`` facts in one write."""
+    key = MemoryKey("acme", end_user)
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+
+    async def write() -> None:
+        async with open_memory(url) as store:
+            assert isinstance(store, RestoresFacts)
+            await store.restore_many(
+                Memory(new_memory_id(), key, f"fact {index}", start + timedelta(seconds=index))
+                for index in range(count)
+            )
+
+    anyio.run(write)
+
+
+@pytest.mark.parametrize("round_", range(3))
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_two_erasures_started_together_count_the_facts_once(
+    tmp_path: Path, request: pytest.FixtureRequest, backend: str, round_: int
+) -> None:
+    if backend == "sqlite":
+        url = "sqlite:///facts.db"
+    else:
+        require_schemes("postgresql")
+        postgres_url = request.getfixturevalue("postgres_url")
+        url = pg_url(postgres_url, request.getfixturevalue("pg_schema"))
+    seed_one_end_user(url, "victim", RACED_FACTS)
+    arguments = [command(), "erase", url, "--tenant", "acme", "--user", "victim", "--yes", "--json"]
+    processes = [
+        subprocess.Popen(
+            arguments,
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            encoding="utf-8",
+            env=_environment(),
+        )
+        for _ in range(2)
+    ]
+    ended = sorted(
+        (process.returncode, out, err)
+        for process in processes
+        for out, err in [process.communicate(timeout=300)]
+    )
+    (won, won_out, won_err), (lost, lost_out, lost_err) = ended
+    assert (won, lost) == (ExitCode.DONE, ExitCode.NOT_FOUND), (won_err, lost_err)
+    receipt = json.loads(won_out)
+    assert (receipt["facts_deleted"], receipt["outcome"]) == (RACED_FACTS, "erased")
+    if lost_out:
+        # It saw the facts before the other erasure deleted them.
+        receipt = json.loads(lost_out)
+        assert (receipt["facts_deleted"], receipt["outcome"]) == (0, "already_erased")
+        assert lost_err == ""
+    else:
+        # It started only after the other had ended.
+        one_error_line(lost_err, "--user", "holds no facts")
+    assert snapshot(url) == {}
 
 
 @pytest.mark.parametrize(

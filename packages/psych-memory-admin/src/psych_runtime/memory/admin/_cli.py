@@ -324,8 +324,11 @@ def erase(url: str, tenant: str, end_user: str, yes: bool, as_json: bool) -> int
 
     async def body() -> int:
         async with opened(url, "URL", must_exist=True) as store:
+            # Without the question, whether the end user held facts is seen
+            # here: deleting none of them then means another erasure did.
+            found = bool(counted) or bool(await store.recall(key.tenant, key.end_user_id, limit=1))
             receipt = await erase_end_user(store, key, redact_url(url))
-            if not receipt.facts_deleted and counted is None:
+            if not receipt.facts_deleted and not found:
                 raise _nothing_to_erase()
         click.echo(
             json.dumps(_receipt_json(receipt), ensure_ascii=False, indent=2)
