@@ -183,3 +183,31 @@ def test_erase_on_a_terminal_asks_first(
     assert "Erase all 2 fact(s) of this end user from sqlite:///a.db?" in shown.err
     assert "Erase all" not in shown.out
     assert len(facts_of("sqlite:///a.db", "acme", "u1")) == (2 if code else 0)
+
+
+@pytest.mark.parametrize("unnamed", [True, False], ids=["unnamed-temporary", "named-temporary"])
+def test_export_to_a_file_is_linked_complete_and_leaves_no_temporary(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    unnamed: bool,
+) -> None:
+    seed("sqlite:///a.db", FACTS)
+    if not unnamed:
+        # A system without files that have no name: a hidden temporary name.
+        monkeypatch.setattr(os, "O_TMPFILE", 0, raising=False)
+    argv = ["export", "sqlite:///a.db", "--tenant", "acme", "--user", "u1", "-o", "u1.json"]
+    assert main(argv) == ExitCode.DONE
+    assert capsys.readouterr().err == "psych-memory: wrote 2 fact(s) to the --output file\n"
+    document = json.loads(Path("u1.json").read_text(encoding="utf-8"))
+    assert [fact["content"] for fact in document["facts"]] == ["ships to Berlin", "prefers email"]
+    assert Path("u1.json").stat().st_mode & 0o077 == 0
+    assert sorted(path.name for path in tmp_path.iterdir() if "a.db" not in path.name) == [
+        "u1.json"
+    ]
+    # A second export to the same name is refused, and leaves no temporary either.
+    assert main(argv) == ExitCode.USAGE
+    assert "--output: names a file that exists already" in capsys.readouterr().err
+    assert sorted(path.name for path in tmp_path.iterdir() if "a.db" not in path.name) == [
+        "u1.json"
+    ]
