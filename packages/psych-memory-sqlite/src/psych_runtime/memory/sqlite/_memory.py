@@ -415,6 +415,10 @@ class SqliteMemory(MemoryStore):
             if after is None:
                 rows = conn.execute(_SELECT, (key.tenant, key.end_user_id, size)).fetchall()
                 return _memories(key, rows)
+            if not _encodable(after):
+                # No fact holds an id that is not UTF-8 text (a lone
+                # surrogate), and SQLite could not be handed it.
+                raise StalePageError
             rows = conn.execute(
                 _SELECT_AFTER, (after, key.tenant, key.end_user_id, size)
             ).fetchall()
@@ -838,6 +842,15 @@ def _memories(key: MemoryKey, rows: list[tuple[str, str, int]]) -> tuple[Memory,
         Memory(memory_id, key, content, _EPOCH + micros * _MICROSECOND)
         for memory_id, content, micros in rows
     )
+
+
+def _encodable(text: str) -> bool:
+    """Whether ``text`` is UTF-8 text SQLite can take (no lone surrogates)."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _next_batch_rows(rows: int, took: float, target: float) -> int:
