@@ -6,8 +6,11 @@ coverage; the script itself is exercised in test_cli_runs.py.
 
 from __future__ import annotations
 
+import errno
 import io
 import json
+import os
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -182,3 +185,112 @@ def test_erase_on_a_terminal_asks_first(
     assert "Erase all 2 fact(s) of this end user from sqlite:///a.db?" in shown.err
     assert "Erase all" not in shown.out
     assert len(facts_of("sqlite:///a.db", "acme", "u1")) == (2 if code else 0)
+
+
+@pytest.mark.parametrize("unnamed", [True, False], ids=["unnamed-temporary", "named-temporary"])
+def test_export_to_a_file_is_linked_complete_and_leaves_no_temporary(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    unnamed: bool,
+) -> None:
+    seed("sqlite:///a.db", FACTS)
+    if not unnamed:
+        # A system without files that have no name: a hidden temporary name.
+        monkeypatch.setattr(os, "O_TMPFILE", 0, raising=False)
+    argv = ["export", "sqlite:///a.db", "--tenant", "acme", "--user", "u1", "-o", "u1.json"]
+    assert main(argv) == ExitCode.DONE
+    assert capsys.readouterr().err == "psych-memory: wrote 2 fact(s) to the --output file\n"
+    document = json.loads(Path("u1.json").read_text(encoding="utf-8"))
+    assert [fact["content"] for fact in document["facts"]] == ["ships to Berlin", "prefers email"]
+    assert Path("u1.json").stat().st_mode & 0o077 == 0
+    assert sorted(path.name for path in tmp_path.iterdir() if "a.db" not in path.name) == [
+        "u1.json"
+    ]
+    # A second export to the same name is refused, and leaves no temporary either.
+    assert main(argv) == ExitCode.USAGE
+    assert "--output: names a file that exists already" in capsys.readouterr().err
+    assert sorted(path.name for path in tmp_path.iterdir() if "a.db" not in path.name) == [
+        "u1.json"
+    ]
+
+
+EXPORT_U1 = ["export", "sqlite:///a.db", "--tenant", "acme", "--user", "u1", "-o", "u1.json"]
+
+
+def others_than_the_store(tmp_path: Path) -> list[str]:
+    return sorted(path.name for path in tmp_path.iterdir() if "a.db" not in path.name)
+
+
+@pytest.mark.parametrize("unnamed", [True, False], ids=["unnamed-temporary", "named-temporary"])
+def test_ctrl_c_before_the_export_has_its_name_cancels_and_leaves_nothing(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    unnamed: bool,
+) -> None:
+    seed("sqlite:///a.db", FACTS)
+    if not unnamed:
+        monkeypatch.setattr(os, "O_TMPFILE", 0, raising=False)
+    fsync = os.fsync
+
+    def interrupted_while_synced(descriptor: int) -> None:
+        # The operator's Ctrl-C, while the export is synced to disk.
+        os.kill(os.getpid(), signal.SIGINT)
+        fsync(descriptor)
+
+    monkeypatch.setattr(os, "fsync", interrupted_while_synced)
+    assert main(EXPORT_U1) == ExitCode.CANCELLED
+    assert capsys.readouterr().err == "psych-memory: error: cancelled: nothing more was done\n"
+    assert others_than_the_store(tmp_path) == []
+    # The operator's Ctrl-C is the default again once the command returned.
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_ctrl_c_once_the_export_has_its_name_says_it_was_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seed("sqlite:///a.db", FACTS)
+    link = os.link
+
+    def interrupted_once_linked(*args: object, **options: object) -> None:
+        link(*args, **options)  # type: ignore[arg-type]
+        os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(os, "link", interrupted_once_linked)
+    assert main(EXPORT_U1) == ExitCode.DONE
+    assert capsys.readouterr().err == "psych-memory: wrote 2 fact(s) to the --output file\n"
+    assert len(json.loads(Path("u1.json").read_text(encoding="utf-8"))["facts"]) == 2
+    assert others_than_the_store(tmp_path) == ["u1.json"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+@pytest.mark.parametrize(
+    ("error", "renamed"),
+    [(errno.EPERM, True), (errno.ENOTSUP, True), (errno.EIO, False)],
+    ids=["no-hard-links", "not-supported", "input-output-error"],
+)
+def test_a_file_system_without_hard_links_gets_the_export_renamed_into_place(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    error: int,
+    renamed: bool,
+) -> None:
+    seed("sqlite:///a.db", FACTS)
+    monkeypatch.setattr(os, "O_TMPFILE", 0, raising=False)
+
+    def refused(*_args: object, **_options: object) -> None:
+        raise OSError(error, os.strerror(error))
+
+    monkeypatch.setattr(os, "link", refused)
+    if renamed:
+        assert main(EXPORT_U1) == ExitCode.DONE
+        assert len(json.loads(Path("u1.json").read_text(encoding="utf-8"))["facts"]) == 2
+        assert others_than_the_store(tmp_path) == ["u1.json"]
+    else:
+        assert main(EXPORT_U1) == ExitCode.USAGE
+        assert capsys.readouterr().err == (
+            f"psych-memory: error: --output: cannot be created ({os.strerror(error)})\n"
+        )
+        assert others_than_the_store(tmp_path) == []

@@ -9,12 +9,15 @@ every Python; the operator's page reports a run with 100,000).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import random
 import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -23,7 +26,7 @@ import anyio
 import pytest
 
 from psych_runtime.memory.admin import ExitCode, open_memory
-from psych_runtime.memory.admin._format import render_export
+from psych_runtime.memory.admin._format import parse_export, render_export
 from psych_runtime.memory.port import (
     MAX_CREATED_AT,
     MIN_CREATED_AT,
@@ -31,6 +34,7 @@ from psych_runtime.memory.port import (
     Memory,
     MemoryKey,
     RestoresFacts,
+    new_memory_id,
 )
 
 Snapshot = dict[tuple[str, str], tuple[Memory, ...]]
@@ -284,6 +288,113 @@ async def _restore(url: str, facts: Sequence[Memory]) -> None:
     async with open_memory(url) as store:
         assert isinstance(store, RestoresFacts)
         await store.restore_many(facts)
+
+
+# An export's file: complete under its name, or absent, however the command ends.
+
+EXPORT_FACTS = 5_000  # enough pages and bytes that the kills land in every phase
+KILLS = 5
+
+
+def started_export(tmp_path: Path, target: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [command(), "export", "sqlite:///facts.db", "--tenant", "acme", "--user", "big",
+         "-o", target],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        encoding="utf-8", env=_environment(),
+    )  # fmt: skip
+
+
+def complete_export(path: Path) -> None:
+    """The file is a whole, valid export of every fact of "big"."""
+    export = parse_export(path.read_text(encoding="utf-8"))
+    assert (export.key, len(export.facts)) == (MemoryKey("acme", "big"), EXPORT_FACTS)
+
+
+def files_beside(tmp_path: Path) -> list[str]:
+    """Every file in the folder but the store's own."""
+    return sorted(path.name for path in tmp_path.iterdir() if not path.name.startswith("facts.db"))
+
+
+def timed_export(tmp_path: Path) -> float:
+    """Seed "big", export it once to its end, and return how long that took."""
+    seed_one_end_user("sqlite:///facts.db", "big", EXPORT_FACTS)
+    started = time.monotonic()
+    process = started_export(tmp_path, "whole.json")
+    _, err = process.communicate(timeout=300)
+    took = time.monotonic() - started
+    assert process.returncode == 0, err
+    assert err == f"psych-memory: wrote {EXPORT_FACTS} fact(s) to the --output file\n"
+    complete_export(tmp_path / "whole.json")
+    (tmp_path / "whole.json").unlink()
+    return took
+
+
+def test_an_export_killed_as_soon_as_its_file_appears_left_it_complete(tmp_path: Path) -> None:
+    seed_one_end_user("sqlite:///facts.db", "big", EXPORT_FACTS)
+    target = tmp_path / "out.json"
+    for _ in range(KILLS):
+        process = started_export(tmp_path, "out.json")
+        # Polled without pause: the kill must land as close to the file's
+        # appearance as this process can see it.
+        while not target.exists():
+            assert process.poll() is None, process.communicate()
+        process.kill()
+        process.communicate(timeout=60)
+        complete_export(target)
+        assert files_beside(tmp_path) == ["out.json"]
+        target.unlink()
+
+
+def test_an_export_killed_at_random_points_leaves_its_file_complete_or_absent(
+    tmp_path: Path,
+) -> None:
+    took = timed_export(tmp_path)
+    target = tmp_path / "out.json"
+    chosen = random.Random(2026)
+    for _ in range(KILLS):
+        process = started_export(tmp_path, "out.json")
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=chosen.uniform(0, 1.2 * took))
+        process.kill()
+        process.communicate(timeout=60)
+        if target.exists():
+            complete_export(target)
+            target.unlink()
+        assert files_beside(tmp_path) == []
+
+
+def test_ctrl_c_at_random_points_of_an_export_says_written_exactly_when_it_was(
+    tmp_path: Path,
+) -> None:
+    took = timed_export(tmp_path)
+    target = tmp_path / "out.json"
+    chosen = random.Random(2027)
+    for round_ in range(3 * KILLS):
+        process = started_export(tmp_path, "out.json")
+        if round_ < KILLS:
+            # As soon as the name appears: the export is written, and must say so.
+            while not target.exists():
+                assert process.poll() is None, process.communicate()
+        else:
+            # Late in the run more often than not: the final write and link.
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=chosen.uniform(0.3 * took, 1.1 * took))
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=60)
+        assert out == ""
+        written = f"psych-memory: wrote {EXPORT_FACTS} fact(s) to the --output file\n"
+        if target.exists():
+            complete_export(target)
+            assert (process.returncode, err) == (ExitCode.DONE, written)
+            target.unlink()
+        else:
+            assert "wrote" not in err
+            assert process.returncode != ExitCode.DONE, err
+            if process.returncode == ExitCode.CANCELLED:
+                assert err.endswith("psych-memory: error: cancelled: nothing more was done\n")
+            # Else interrupted while Python itself was starting: not the command's to word.
+        assert files_beside(tmp_path) == []
 
 
 # Erase.
@@ -728,6 +839,74 @@ def test_the_second_of_two_erasures_at_once_says_someone_else_erased_them(
         "outcome:        already erased: another erasure deleted this end user's facts after "
         "they were counted; this command deleted none"
     ) in out.splitlines()
+
+
+RACED_FACTS = 3_000  # more than one batch of a large erase
+
+
+def seed_one_end_user(url: str, end_user: str, count: int) -> None:
+    """Give ``end_user`` of tenant "acme" ``count`` facts in one write."""
+    key = MemoryKey("acme", end_user)
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+
+    async def write() -> None:
+        async with open_memory(url) as store:
+            assert isinstance(store, RestoresFacts)
+            await store.restore_many(
+                Memory(new_memory_id(), key, f"fact {index}", start + timedelta(seconds=index))
+                for index in range(count)
+            )
+
+    anyio.run(write)
+
+
+@pytest.mark.parametrize("round_", range(3))
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_two_erasures_started_together_count_the_facts_once(
+    require_schemes: Callable[..., None],
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    backend: str,
+    round_: int,
+) -> None:
+    if backend == "sqlite":
+        url = "sqlite:///facts.db"
+    else:
+        require_schemes("postgresql")
+        postgres_dsn = request.getfixturevalue("postgres_dsn")
+        url = pg_url(postgres_dsn, request.getfixturevalue("postgres_schema"))
+    seed_one_end_user(url, "victim", RACED_FACTS)
+    arguments = [command(), "erase", url, "--tenant", "acme", "--user", "victim", "--yes", "--json"]
+    processes = [
+        subprocess.Popen(
+            arguments,
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            encoding="utf-8",
+            env=_environment(),
+        )
+        for _ in range(2)
+    ]
+    ended = sorted(
+        (process.returncode, out, err)
+        for process in processes
+        for out, err in [process.communicate(timeout=300)]
+    )
+    (won, won_out, won_err), (lost, lost_out, lost_err) = ended
+    assert (won, lost) == (ExitCode.DONE, ExitCode.NOT_FOUND), (won_err, lost_err)
+    receipt = json.loads(won_out)
+    assert (receipt["facts_deleted"], receipt["outcome"]) == (RACED_FACTS, "erased")
+    if lost_out:
+        # It saw the facts before the other erasure deleted them.
+        receipt = json.loads(lost_out)
+        assert (receipt["facts_deleted"], receipt["outcome"]) == (0, "already_erased")
+        assert lost_err == ""
+    else:
+        # It started only after the other had ended.
+        one_error_line(lost_err, "--user", "holds no facts")
+    assert snapshot(url) == {}
 
 
 @pytest.mark.parametrize(

@@ -565,6 +565,17 @@ class PagesRefuseGarbageWrongly(_StaleRefusedAs):
     _instead = (KeyError, "no such row")
 
 
+class PagesEncodeAfterUnchecked(_AlteredPages):
+    """Hands 'after' to a driver that needs UTF-8, as SQLite's would."""
+
+    __slots__ = ()
+
+    async def _read(self, asked: _Asked) -> tuple[Memory, ...]:
+        if asked.after is not None:
+            asked.after.encode()
+        return await super()._read(asked)
+
+
 class PagesStaleNamingAnotherArgument(_StaleRefusedAs):
     __slots__ = ()
     _instead = (StalePageError, "cursor")
@@ -648,6 +659,7 @@ _BROKEN_PAGERS_AND_TIMES = [
     (PagesAnyKeysFact, _STALE, 13, "after the id of another end user's fact returned"),
     (PagesRefuseGarbageWrongly, _STALE, 13, "raised KeyError; it must raise StalePageError"),
     (PagesStaleNamingAnotherArgument, _STALE, 13, "naming 'cursor', not 'after'"),
+    (PagesEncodeAfterUnchecked, _STALE, 13, "raised UnicodeEncodeError; it must raise Stale"),
     (PagesForgetTheirFirstFact, _STALE, 13, "a page refused as stale changed stored facts"),
     (PagesAcceptAnySize, _INVALID, 13, "a page with size=0 answered"),
     (PagesStaleForASizeTooSmall, _INVALID, 13, "size=0 raised StalePageError, not a refusal"),

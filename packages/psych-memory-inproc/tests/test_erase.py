@@ -290,3 +290,24 @@ def test_a_forked_child_starts_a_reaper_of_its_own() -> None:
     reaper.submit(job())
     assert reaper.wait(timeout=60)
     assert done == ["done"]
+
+
+def test_two_erasures_of_one_large_key_at_once_count_it_once() -> None:
+    # Each in a thread with a loop of its own, started together.
+    memory = InProcessMemory()
+    for _ in range(5):
+        anyio.run(memory.restore_many, facts_of(BIG, 3_000))
+        counts: list[int] = []
+        together = threading.Barrier(2)
+
+        def erase(counts: list[int] = counts, together: threading.Barrier = together) -> None:
+            together.wait(timeout=60)
+            counts.append(anyio.run(memory.erase, BIG.tenant, BIG.end_user_id))
+
+        threads = [threading.Thread(target=erase) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+        assert sorted(counts) == [0, 3_000]
+        assert anyio.run(memory.recall, BIG.tenant, BIG.end_user_id) == ()

@@ -8,6 +8,7 @@ Only ``export`` prints the content of facts.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -16,9 +17,10 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -69,8 +71,22 @@ _ONE_STORE: Final = {"store": "URL"}
 _TWO_STORES: Final = {"source": "FROM_URL", "target": "TO_URL"}
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command; see `psych_runtime.memory.admin.main`."""
+def main(argv: Sequence[str] | None = None, *, process: bool = False) -> int:
+    """Run the command; see `psych_runtime.memory.admin.main`.
+
+    ``process``: the command is the whole process, which ends when this
+    returns; a Ctrl-C held once an export is written then stays held to
+    the end, so it cannot turn a written export into a failure.
+    """
+    _INTERRUPTS.process = process
+    try:
+        return _main(argv)
+    finally:
+        if not process:
+            _INTERRUPTS.release()
+
+
+def _main(argv: Sequence[str] | None) -> int:
     # Drivers log their retries; the command reports the outcome in its one line instead.
     logging.getLogger().addHandler(logging.NullHandler())
     args = list(argv) if argv is not None else sys.argv[1:]
@@ -146,8 +162,10 @@ def export(url: str, tenant: str, end_user: str, output: Path | None, layout: La
 
     The facts are read a page at a time and written to a temporary file
     first (in the folder of --output, else the system's temporary folder),
-    so memory stays small whatever the end user's size, and the output
-    appears only once it is complete.
+    so memory stays small whatever the end user's size. With --output the
+    export is then written to a second temporary file in that folder, synced
+    to disk and given its name in one step: the file appears only once it is
+    complete, and a line on standard error says it was written.
     """
     key = checked_key(tenant, end_user)
     if output is not None and output.exists():
@@ -155,33 +173,35 @@ def export(url: str, tenant: str, end_user: str, output: Path | None, layout: La
             "--output", "names a file that exists already; name a new one", ExitCode.USAGE
         )
 
-    async def body() -> int:
-        with _spool(output) as spool, refusals_naming(_ONE_STORE):
+    async def read(spool: IO[str]) -> int:
+        with refusals_naming(_ONE_STORE):
             async with open_for_command(url, "URL", must_exist=True) as store:
                 count = await export_facts(store, key, layout, spool)
-            if not count:
-                raise CommandError(
-                    "--user",
-                    "the store holds no facts for this end user of this tenant",
-                    ExitCode.NOT_FOUND,
-                )
-            head = export_head(key, datetime.now(UTC), layout, count)
-            spool.seek(0)
-            if output is None:
-                _copy_out(sys.stdout, head, spool, export_tail(layout, count), "standard output")
-            else:
-                _write_new(output, head, spool, export_tail(layout, count))
-        return ExitCode.DONE
+        if not count:
+            raise CommandError(
+                "--user",
+                "the store holds no facts for this end user of this tenant",
+                ExitCode.NOT_FOUND,
+            )
+        return count
 
-    return _run(body)
+    with _spool(output) as spool:
+        count = _run(read, spool)
+        head = export_head(key, datetime.now(UTC), layout, count)
+        spool.seek(0)
+        if output is None:
+            _copy_out(sys.stdout, head, spool, export_tail(layout, count), "standard output")
+        else:
+            _write_new(output, head, spool, export_tail(layout, count))
+            click.echo(f"{PROG}: wrote {count} fact(s) to the --output file", err=True)
+    return ExitCode.DONE
 
 
 @contextmanager
 def _spool(output: Path | None) -> Iterator[IO[str]]:
-    folder = None if output is None else (output.parent if str(output.parent) else Path())
     try:
         # Not a with: only its creation's failure is the temporary file's.
-        spool = tempfile.TemporaryFile("w+", encoding="utf-8", dir=folder)  # noqa: SIM115
+        spool = tempfile.TemporaryFile("w+", encoding="utf-8", dir=_folder_of(output))  # noqa: SIM115
     except OSError as exc:
         raise CommandError(
             "--output" if output is not None else "export",
@@ -190,6 +210,10 @@ def _spool(output: Path | None) -> Iterator[IO[str]]:
         ) from None
     with spool:
         yield spool
+
+
+def _folder_of(output: Path | None) -> Path | None:
+    return None if output is None else (output.parent if str(output.parent) else Path())
 
 
 @cli.command("import", epilog=_URL_HELP)
@@ -324,8 +348,11 @@ def erase(url: str, tenant: str, end_user: str, yes: bool, as_json: bool) -> int
 
     async def body() -> int:
         async with open_for_command(url, "URL", must_exist=True) as store:
+            # Without the question, whether the end user held facts is seen
+            # here: deleting none of them then means another erasure did.
+            found = bool(counted) or bool(await store.recall(key.tenant, key.end_user_id, limit=1))
             receipt = await erase_end_user(store, key, redact_url(url))
-            if not receipt.facts_deleted and counted is None:
+            if not receipt.facts_deleted and not found:
                 raise _nothing_to_erase()
         click.echo(
             json.dumps(_receipt_json(receipt), ensure_ascii=False, indent=2)
@@ -610,18 +637,159 @@ def _progress(*, verbose: bool) -> _ProgressDisplay:
 
 
 def _write_new(path: Path, head: str, body: IO[str], tail: str) -> None:
+    # The export is written to a file of its folder that has no name yet
+    # (where the system allows; else a hidden temporary name), synced, and
+    # then linked to its name, which fails if that name was taken meanwhile:
+    # the name never shows a partial export, nor replaces another file.
+    # From here on a Ctrl-C is held, not raised: before the link it cancels
+    # (the temporary file goes), from the link on the export is written,
+    # and the command says so, whenever the Ctrl-C came.
+    _INTERRUPTS.hold()
+    folder = _folder_of(path) or Path()
+    unnamed = _unnamed_file(folder)
+    if unnamed is not None:
+        with os.fdopen(unnamed, "w", encoding="utf-8") as stream:
+            _written_and_synced(stream, head, body, tail)
+            _link_unnamed(stream.fileno(), folder, path)
+    else:
+        try:
+            descriptor, temporary = tempfile.mkstemp(
+                prefix=f".{path.name}.", suffix=".partial", dir=folder
+            )
+        except OSError as exc:
+            raise CommandError(
+                "--output", f"cannot be created ({_reason(exc)})", ExitCode.USAGE
+            ) from None
+        try:
+            with os.fdopen(descriptor, "w", encoding="utf-8") as stream:
+                _written_and_synced(stream, head, body, tail)
+            _link(temporary, path, renamable=True)
+        finally:
+            with suppress(OSError):
+                Path(temporary).unlink()
+    _INTERRUPTS.written()
+    with suppress(OSError):
+        # The name itself on disk; the export is written whatever this says.
+        _synced_folder(folder)
+
+
+def _unnamed_file(folder: Path) -> int | None:
+    # Linux's O_TMPFILE: a process killed before the link leaves nothing.
+    unnamed = getattr(os, "O_TMPFILE", 0)
+    if not unnamed or not Path("/proc/self/fd").is_dir():
+        return None
     try:
-        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        return os.open(folder, unnamed | os.O_WRONLY | os.O_CLOEXEC, 0o600)
+    except OSError:
+        return None  # not on this file system: a named temporary file says why, if it fails
+
+
+def _written_and_synced(stream: IO[str], head: str, body: IO[str], tail: str) -> None:
+    _copy_out(stream, head, body, tail, "--output")
+    _synced(stream.fileno())
+    if _INTERRUPTS.received:
+        raise click.exceptions.Abort
+
+
+def _synced(descriptor: int) -> None:
+    try:
+        os.fsync(descriptor)
+    except OSError as exc:
+        raise CommandError(
+            "--output", f"cannot be written ({_reason(exc)})", ExitCode.USAGE
+        ) from None
+
+
+def _synced_folder(folder: Path | None) -> None:
+    descriptor = os.open(folder or Path(), os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def _link_unnamed(descriptor: int, folder: Path, path: Path) -> None:
+    # Through /proc, following its link to the open file: what linkat does
+    # with AT_SYMLINK_FOLLOW, which os.link asks for only given a folder.
+    try:
+        in_folder = os.open(folder, os.O_RDONLY | os.O_CLOEXEC)
     except OSError as exc:
         raise CommandError(
             "--output", f"cannot be created ({_reason(exc)})", ExitCode.USAGE
         ) from None
-    with os.fdopen(descriptor, "w", encoding="utf-8") as stream:
+    try:
+        _link(f"/proc/self/fd/{descriptor}", path, renamable=False, folder=in_folder)
+    finally:
+        os.close(in_folder)
+
+
+def _link(source: str, path: Path, *, renamable: bool, folder: int | None = None) -> None:
+    try:
+        if folder is None:
+            os.link(source, path)
+        else:
+            os.link(source, path.name, dst_dir_fd=folder, follow_symlinks=True)
+    except FileExistsError:
+        raise CommandError(
+            "--output", "names a file that exists already; name a new one", ExitCode.USAGE
+        ) from None
+    except OSError as exc:
+        if not renamable or exc.errno not in _NO_LINKS:
+            raise CommandError(
+                "--output", f"cannot be created ({_reason(exc)})", ExitCode.USAGE
+            ) from None
+        # A file system without hard links: renamed, after a last look
+        # that the name is still free.
+        if path.exists():
+            raise CommandError(
+                "--output", "names a file that exists already; name a new one", ExitCode.USAGE
+            ) from None
         try:
-            _copy_out(stream, head, body, tail, "--output")
-        except CommandError:
-            path.unlink(missing_ok=True)
-            raise
+            Path(source).rename(path)
+        except OSError as again:
+            raise CommandError(
+                "--output", f"cannot be created ({_reason(again)})", ExitCode.USAGE
+            ) from None
+
+
+class _HeldInterrupts:
+    """Ctrl-C recorded instead of raised, from the moment an export is being written."""
+
+    def __init__(self) -> None:
+        self.received = False
+        self.process = False
+        self._previous: Any = None
+        self._holding = False
+
+    def hold(self) -> None:
+        # Signal handlers can only be set from the main thread; elsewhere
+        # (a program running the command in a thread) there is no Ctrl-C.
+        if self._holding or threading.current_thread() is not threading.main_thread():
+            return
+        self.received = False
+        self._previous = signal.signal(signal.SIGINT, self._record)
+        self._holding = True
+
+    def written(self) -> None:
+        # The whole process ends soon: ignored rather than recorded, as the
+        # interpreter puts back the default handler while it shuts down.
+        if self._holding and self.process:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def release(self) -> None:
+        if self._holding:
+            signal.signal(signal.SIGINT, self._previous)
+            self._holding = False
+
+    def _record(self, _signal: int, _frame: object) -> None:
+        self.received = True
+
+
+_INTERRUPTS: Final = _HeldInterrupts()
+# The errors of a file system that has no hard links.
+_NO_LINKS: Final = frozenset(
+    {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS, errno.EMLINK}
+)
 
 
 def _copy_out(stream: IO[str], head: str, body: IO[str], tail: str, argument: str) -> None:

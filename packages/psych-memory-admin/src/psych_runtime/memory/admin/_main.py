@@ -25,6 +25,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns:
         The exit code, an `ExitCode` (``0`` when the command did what was asked).
     """
+    return _command(argv, process=False)
+
+
+def _command(argv: Sequence[str] | None, *, process: bool) -> int:
+    # ``process``: the command is the whole process (see the command's main).
     try:
         from ._cli import main as command  # noqa: PLC0415 - the extra is optional
     except ModuleNotFoundError as exc:
@@ -36,9 +41,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return ExitCode.USAGE
-    return command(argv)
+    return command(argv, process=process)
 
 
 def run() -> NoReturn:
     """The console script's entry point."""
-    sys.exit(main())
+    sys.exit(_command(None, process=True))

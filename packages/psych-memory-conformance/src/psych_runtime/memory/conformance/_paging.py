@@ -49,8 +49,13 @@ _BAD_AFTERS: Final[tuple[tuple[str, object], ...]] = (
     ("an int", 1),
     ("a Memory rather than its id", object()),
 )
-# Ids no key holds in any sane store.
-_GARBAGE: Final = ("", " ", "0", "unknown", "' OR '1'='1", "%", f"{MARKER}-x" * 300, "\x00")
+# Ids no key holds in any sane store. Lone surrogates cannot be encoded as
+# UTF-8: a store that hands them to its driver unchecked fails with the
+# driver's encoding error instead of StalePageError.
+_GARBAGE: Final = (
+    "", " ", "0", "unknown", "' OR '1'='1", "%", f"{MARKER}-x" * 300, "\x00",
+    "\ud800", f"{MARKER}\udfff",
+)  # fmt: skip
 
 
 def _pager(store: MemoryStore) -> PagesFacts:

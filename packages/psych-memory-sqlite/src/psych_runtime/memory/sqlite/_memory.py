@@ -38,6 +38,7 @@ from psych_runtime.memory.port import (
 )
 
 from ._connection import connect, prepare
+from ._erasing import erasing
 from ._errors import DatabaseFileMovedError, SqliteMemoryError, StoreUnavailableError
 from ._failures import store_failure
 from ._file import FileIdentity, check_busy_timeout, check_location, check_path, identify
@@ -414,6 +415,10 @@ class SqliteMemory(MemoryStore):
             if after is None:
                 rows = conn.execute(_SELECT, (key.tenant, key.end_user_id, size)).fetchall()
                 return _memories(key, rows)
+            if not _encodable(after):
+                # No fact holds an id that is not UTF-8 text (a lone
+                # surrogate), and SQLite could not be handed it.
+                raise StalePageError
             rows = conn.execute(
                 _SELECT_AFTER, (after, key.tenant, key.end_user_id, size)
             ).fetchall()
@@ -447,6 +452,15 @@ class SqliteMemory(MemoryStore):
         counted). The count is of the facts this call deleted; a fact
         another call forgot meanwhile is not in it.
 
+        Two erasures of one key never run at once, in one store, several
+        stores or several processes: the second waits until the first has
+        ended (however long it takes; a killed process releases it at once)
+        and then deletes only what is left, usually nothing, and returns
+        ``0``. So every fact is counted by exactly one erasure. The wait is
+        on a lock file beside the database (``<file>-erase-<xx>``, one of
+        256 chosen by the key; erasures of keys that share one also wait
+        for each other), removed when the erasure ends.
+
         While a large erase runs, other calls see its progress: `recall`
         returns the key's newest facts only, the oldest gone batch by
         batch; `fact_counts` shrinks; a `recall_page` after a fact already
@@ -463,12 +477,14 @@ class SqliteMemory(MemoryStore):
                 timeout, or SQLite failed; ``may_have_taken_effect`` says
                 whether facts may be deleted all the same. When batches had
                 committed before the failure, it is ``True`` and those facts
-                stay deleted: erase again to delete the rest.
+                stay deleted: erase again to delete the rest. Also raised,
+                having deleted nothing, when the lock file cannot be
+                created or locked.
             DatabaseFileError: The file turned out to be corrupt before
                 anything was deleted; nothing was.
         """
         key = memory_key(scope, end_user_id)
-        return await anyio.to_thread.run_sync(self._erase, key)
+        return await anyio.to_thread.run_sync(self._erase_alone, key)
 
     async def scrub(self) -> bool:
         """Rewrite the file and empty the write-ahead log, so no byte of a deleted fact remains.
@@ -582,6 +598,15 @@ class SqliteMemory(MemoryStore):
             if conn is None:
                 raise StoreClosedError(operation, _closed_state(self._state))
             return work(conn)
+
+    def _erase_alone(self, key: MemoryKey) -> int:
+        # Runs in a worker thread. Another erasure of the key, by any store
+        # of any process, ends before this one begins: it then finds only
+        # what the other left, so each fact is counted by one receipt.
+        if self._conn is None:
+            raise StoreClosedError("erase", _closed_state(self._state))
+        with erasing(self._path, key):
+            return self._erase(key)
 
     def _erase(self, key: MemoryKey) -> int:
         # Runs in a worker thread, batch after batch, taking the store's lock
@@ -817,6 +842,15 @@ def _memories(key: MemoryKey, rows: list[tuple[str, str, int]]) -> tuple[Memory,
         Memory(memory_id, key, content, _EPOCH + micros * _MICROSECOND)
         for memory_id, content, micros in rows
     )
+
+
+def _encodable(text: str) -> bool:
+    """Whether ``text`` is UTF-8 text SQLite can take (no lone surrogates)."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _next_batch_rows(rows: int, took: float, target: float) -> int:
