@@ -15,7 +15,7 @@ import threading
 from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, ClassVar
@@ -41,6 +41,7 @@ from psych_runtime.memory.port import (
     StoreUnavailableError,
     memory_key,
     validate_content,
+    validate_cutoff,
     validate_memory_id,
     validate_page,
 )
@@ -379,6 +380,7 @@ class WithoutCapabilities(InProcessMemory):
     __slots__ = ()
     # None withdraws a protocol method, as the typing module's checks agree.
     tenants = end_users = restore = restore_many = fact_counts = recall_page = None  # type: ignore[assignment]
+    expire = count_expired = None  # type: ignore[assignment]
 
 
 class RestoresPartOfABatch(broken.Correct):
@@ -669,11 +671,86 @@ _BROKEN_PAGERS_AND_TIMES = [
 ]
 
 
+class ExpireCountsNothing(InProcessMemory):
+    __slots__ = ()
+
+    async def expire(self, scope: Scope, *, before: datetime) -> int:
+        await super().expire(scope, before=before)
+        return 0
+
+
+class ExpireAcceptsNaiveCutoffs(InProcessMemory):
+    """Reads a naive cutoff as UTC, as a driver that drops time zones would."""
+
+    __slots__ = ()
+
+    async def expire(self, scope: Scope, *, before: datetime) -> int:
+        if isinstance(before, datetime) and before.tzinfo is None:
+            before = before.replace(tzinfo=UTC)
+        return await super().expire(scope, before=before)
+
+
+class ExpireSkipsRestoredTimes(broken.Correct):
+    """Judges facts by when they were written here, as an 'inserted_at' column would."""
+
+    __slots__ = ()
+
+    async def expire(self, scope: Scope, *, before: datetime) -> int:
+        if validate_cutoff(before) < datetime.now(UTC) - timedelta(days=1):
+            return 0
+        return await super().expire(scope, before=before)
+
+
+class ExpireRefusesWhileWritten(broken.Correct):
+    """Deletes nothing and says so while another end user's facts are being written."""
+
+    __slots__ = ("_writing",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._writing = 0
+
+    async def remember(self, scope: Scope, end_user_id: str, content: str) -> Memory:
+        self._writing += 1
+        try:
+            await anyio.lowlevel.checkpoint()
+            return await super().remember(scope, end_user_id, content)
+        finally:
+            self._writing -= 1
+
+    async def expire(self, scope: Scope, *, before: datetime) -> int:
+        await anyio.lowlevel.checkpoint()
+        if self._writing:
+            raise StoreUnavailableError("expire", "busy", may_have_taken_effect=False)
+        return await super().expire(scope, before=before)
+
+
+_EXACT = "test_rule14_expire_deletes_exactly_the_tenants_older_facts"
+_CUTOFF = "test_rule14_the_cutoff_is_exact_to_the_microsecond"
+_RESTORED = "test_rule14_restored_facts_are_judged_by_their_own_time"
+_REFUSED = "test_rule14_invalid_cutoffs_and_tenants_are_refused_and_change_nothing"
+_MEANWHILE = "test_rule14_calls_made_meanwhile_keep_working"
+
+# Retention the kit judges wrong, in the same columns.
+_BROKEN_EXPIRERS = [
+    (broken.ExpiresAtTheCutoff, _CUTOFF, 14, "at a fact's created_at deleted it"),
+    (broken.ExpiresAtTheCutoff, _EXACT, 14, "count_expired counted"),
+    (broken.ExpireOnlyHides, _EXACT, 14, "rows stored"),
+    (broken.ExpireOnlyHides, _CUTOFF, 14, "still stored"),
+    (broken.ExpiresAcrossCase, _EXACT, 14, "expire returned"),
+    (ExpireCountsNothing, _EXACT, 14, "expire returned 0"),
+    (ExpireAcceptsNaiveCutoffs, _REFUSED, 14, "expire with a naive cutoff answered"),
+    (ExpireSkipsRestoredTimes, _RESTORED, 14, "restored facts were older than the cutoff"),
+    (ExpireRefusesWhileWritten, _MEANWHILE, 14, "raised StoreUnavailableError"),
+]
+
+
 @pytest.mark.parametrize(
     ("store_class", "check", "rule", "words"),
     [
         *_BROKEN_CALLS,
         *_BROKEN_PAGERS_AND_TIMES,
+        *_BROKEN_EXPIRERS,
         (
             broken.IgnoresClose,
             "test_rule7_every_call_after_close_raises_and_changes_nothing",
@@ -887,6 +964,11 @@ async def test_a_miscounting_store_fails_rule_12_alone(
         ("test_rule13_an_after_the_key_does_not_hold_is_stale", "PagesFacts"),
         ("test_rule13_invalid_arguments_are_refused_and_change_nothing", "PagesFacts"),
         ("test_rule13_pages_touch_only_their_own_key", "PagesFacts"),
+        (_EXACT, "ExpiresFacts"),
+        (_CUTOFF, "ExpiresFacts"),
+        (_RESTORED, "ExpiresFacts"),
+        (_REFUSED, "ExpiresFacts"),
+        (_MEANWHILE, "ExpiresFacts"),
     ],
 )
 async def test_a_missing_capability_is_reported_as_not_applicable(
