@@ -663,7 +663,7 @@ def test_the_bare_command_prints_its_short_usage(tmp_path: Path) -> None:
     assert run.stderr.splitlines() == [
         "Usage: psych-memory [OPTIONS] COMMAND [ARGS]...",
         "Try 'psych-memory --help' for help.",
-        "psych-memory: error: a command is needed: count, erase, export, import, migrate, users",
+        "psych-memory: error: a command is needed: count, erase, expire, export, import, migrate, users",
     ]
 
 
@@ -762,3 +762,30 @@ def test_a_reading_or_deleting_command_on_a_mistyped_schema_creates_nothing(
             "SELECT count(*) FROM pg_namespace WHERE nspname = %s", (pg_schema,)
         ).fetchone()
     assert found == (0,), "the command created the schema it was only to read"
+
+
+def test_two_expiries_at_once_delete_each_fact_once(tmp_path: Path) -> None:
+    # Two processes, as two schedulers firing together would start them.
+    old = datetime.now(UTC) - timedelta(days=500)
+    facts = [
+        Memory(f"old-{index}", MemoryKey("acme", f"u{index % 40}"), f"old {index}", old)
+        for index in range(5_000)
+    ]
+    anyio.run(_restore, "sqlite:///facts.db", facts)
+    argv = [command(), "expire", "sqlite:///facts.db", "--tenant", "acme", "--older-than", "400d"]
+    runs = [
+        subprocess.Popen(
+            [*argv, "--json"],
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=_environment(),
+        )
+        for _ in range(2)
+    ]
+    outputs = [run.communicate(timeout=120) for run in runs]
+    assert [run.returncode for run in runs] == [0, 0], [err for _, err in outputs]
+    deleted = [json.loads(out)["facts_deleted"] for out, _ in outputs]
+    assert sum(deleted) == len(facts)
+    assert snapshot("sqlite:///facts.db") == {}
