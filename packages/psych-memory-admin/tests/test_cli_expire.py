@@ -202,9 +202,7 @@ def test_bad_options_are_one_line_exit_2_and_delete_nothing(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(age=st.text(max_size=12).filter(lambda text: not _is_age(text)))
-def test_any_age_but_days_or_hours_is_refused(
-    age: str, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_any_age_but_days_or_hours_is_refused(age: str, capsys: pytest.CaptureFixture[str]) -> None:
     # The store need not exist: the age is judged before anything is opened.
     assert main(["expire", "sqlite:///none.db", "--tenant", "acme", "--older-than", age]) == 2
     err = capsys.readouterr().err

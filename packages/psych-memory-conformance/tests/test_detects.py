@@ -685,7 +685,7 @@ class ExpireAcceptsNaiveCutoffs(InProcessMemory):
     __slots__ = ()
 
     async def expire(self, scope: Scope, *, before: datetime) -> int:
-        if isinstance(before, datetime) and before.tzinfo is None:
+        if before.tzinfo is None:
             before = before.replace(tzinfo=UTC)
         return await super().expire(scope, before=before)
 

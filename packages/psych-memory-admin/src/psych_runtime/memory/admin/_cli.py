@@ -499,7 +499,7 @@ def _cutoff(older_than: str | None, before: str | None, now: datetime) -> dateti
 )
 @click.option("--dry-run", is_flag=True, help="Count the facts that would go; delete nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the receipt as JSON.")
-def expire(  # noqa: PLR0913 - one parameter per option
+def expire(  # noqa: PLR0913, PLR0917 - one parameter per option, as click passes them
     url: str,
     tenant: str | None,
     all_tenants: bool,  # noqa: FBT001
@@ -519,9 +519,7 @@ def expire(  # noqa: PLR0913 - one parameter per option
     finished by the next. It asks no question.
     """
     if tenant is not None and all_tenants:
-        raise CommandError(
-            "--tenant", "and --all-tenants cannot be given together", ExitCode.USAGE
-        )
+        raise CommandError("--tenant", "and --all-tenants cannot be given together", ExitCode.USAGE)
     if tenant is None and not all_tenants:
         raise CommandError("--tenant", "or --all-tenants is needed", ExitCode.USAGE)
     names = None if tenant is None else (checked_tenant(tenant),)
@@ -575,13 +573,17 @@ def _expiry_text(receipt: ExpiryReceipt, older_than: str | None) -> str:
         f"cutoff:         facts created before {utc_text(receipt.cutoff)} (UTC){age}",
         f"store:          {receipt.store}",
     ]
-    lines += [f"tenant:         {tenant}: {count} fact(s) {done}" for tenant, count in receipt.facts]
+    lines += [
+        f"tenant:         {tenant}: {count} fact(s) {done}" for tenant, count in receipt.facts
+    ]
     if not receipt.facts:
         lines.append("tenants:        none: the store holds no facts")
     lines += [
         f"{f'facts {done}:':<16}{receipt.total}",
-        f"{'counted' if receipt.dry_run else 'expired'} at:     "
-        f"{utc_text(receipt.expired_at)} (UTC)",
+        (
+            f"{'counted' if receipt.dry_run else 'expired'} at:     "
+            f"{utc_text(receipt.expired_at)} (UTC)"
+        ),
     ]
     durability = receipt.deletion_durability
     if durability is not None:
@@ -595,8 +597,10 @@ def _scrub_lines(scrub: str | None) -> list[str]:
         return ["deleted bytes:  scrubbed (none remain in the database file or its log)"]
     if scrub == "pending":
         return [
-            "deleted bytes:  pending (another connection is using the file; the store wipes them "
-            "when it can)"
+            (
+                "deleted bytes:  pending (another connection is using the file; the store wipes "
+                "them when it can)"
+            )
         ]
     return []
 

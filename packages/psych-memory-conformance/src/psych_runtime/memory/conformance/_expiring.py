@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta, timezone
+from functools import partial
 from typing import Any, Final, cast
 
 import anyio
@@ -271,9 +272,7 @@ class ExpiringChecks(Harness):
                         f"{method.__name__} with {what} answered; it must raise "
                         f"{expected.__name__}",
                     )
-                await refuses_invalid_scopes(
-                    lambda scope, call=call: call(scope, before=now), method.__name__, 14
-                )
+                await refuses_invalid_scopes(partial(call, before=now), method.__name__, 14)
             check(
                 await store.recall(*MAIN) == (fact,)
                 and await self.count_stored(store, key_of(MAIN)) == 1,

@@ -491,7 +491,8 @@ class _ExpiresFacts(_Instrumented):
             # for an erase: every record of the tenant older than it.
             span.set_attribute(names.RECORD_COUNT, deleted)
             span.set_attribute(names.DELETED, deleted)
-            if isinstance(before, datetime) and before.utcoffset() is not None:
+            # A store of a third party may have accepted a naive one.
+            if before.utcoffset() is not None:
                 span.set_attribute(names.CUTOFF, before.astimezone(UTC).isoformat())
             if deleted:
                 self._scrub_state(span)
