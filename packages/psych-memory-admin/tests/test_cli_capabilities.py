@@ -175,6 +175,12 @@ class ExpiresSecondTenantFails(ExpiresOnly):
             )
         return await super().expire(scope, before=before)
 
+class ExpiresScrubPending(ExpiresOnly):
+    # Wipes deleted bytes afterwards, and cannot do it now.
+    scrub_pending = True
+    async def scrub(self):
+        return False
+
 # One store per URL for the whole test, so that commands share it.
 STORES = {}
 
@@ -197,6 +203,7 @@ pages_fail = shared(PagesFail)
 always_forgets = shared(AlwaysForgets)
 expires_only = shared(ExpiresOnly)
 expires_failing = shared(ExpiresSecondTenantFails)
+expires_pending = shared(ExpiresScrubPending)
 
 @asynccontextmanager
 async def four_methods(url):
@@ -237,7 +244,7 @@ def schemes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         f"paged = {name}:paged\nforgetting = {name}:forgetting\n"
         f"failswrite = {name}:failing_write\npagesfail = {name}:pages_fail\n"
         f"alwaysforgets = {name}:always_forgets\nexpiresonly = {name}:expires_only\n"
-        f"expiresfailing = {name}:expires_failing\n",
+        f"expiresfailing = {name}:expires_failing\nexpirespending = {name}:expires_pending\n",
         "utf-8",
     )
     yield
@@ -317,6 +324,34 @@ def test_an_expiry_failing_after_a_tenant_was_expired_says_it_may_have_taken_eff
     assert "after facts of earlier tenants were deleted for good" in err
     assert "it may have taken effect" in err
     assert err.count("\n") == 1
+
+
+@pytest.mark.usefixtures("schemes")
+def test_an_expiry_failing_before_deleting_anything_says_it_changed_nothing(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["expire", "expiresfailing:", "--tenant", "globex", "--older-than", "30d"]
+    assert main(argv) == ExitCode.UNAVAILABLE
+    err = capsys.readouterr().err
+    assert err == (
+        "psych-memory: error: URL: expire failed: the server went away; it changed nothing\n"
+    )
+
+
+@pytest.mark.usefixtures("schemes")
+def test_an_expiry_whose_wipe_waits_says_pending(capsys: pytest.CaptureFixture[str]) -> None:
+    old = datetime(2001, 1, 1, tzinfo=UTC)
+
+    async def fill() -> None:
+        async with open_memory("expirespending:") as store:
+            inner = store._inner  # type: ignore[attr-defined]
+            await inner.restore(Memory("old", MemoryKey("acme", "u1"), "old", old))
+
+    anyio.run(fill)
+    assert main(["expire", "expirespending:", "--tenant", "acme", "--older-than", "30d"]) == 0
+    out = capsys.readouterr().out
+    assert "facts deleted:  1" in out
+    assert out.splitlines()[-1].startswith("deleted bytes:  pending")
 
 
 @pytest.mark.usefixtures("schemes")

@@ -724,6 +724,44 @@ class ExpireRefusesWhileWritten(broken.Correct):
         return await super().expire(scope, before=before)
 
 
+class ExpireRaisesValueErrorForNaiveCutoffs(InProcessMemory):
+    __slots__ = ()
+
+    async def expire(self, scope: Scope, *, before: datetime) -> int:
+        if before.tzinfo is None:
+            raise ValueError("naive datetime")
+        return await super().expire(scope, before=before)
+
+
+class RememberRefusedDuringExpire(broken.Correct):
+    """Refuses writes while an expiry works through its steps, as a table lock would."""
+
+    __slots__ = ("_expiring",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._expiring = 0
+
+    async def remember(self, scope: Scope, end_user_id: str, content: str) -> Memory:
+        if self._expiring:
+            raise StoreUnavailableError("remember", "table locked", may_have_taken_effect=False)
+        return await super().remember(scope, end_user_id, content)
+
+    async def expire(self, scope: Scope, *, before: datetime) -> int:
+        self._expiring += 1
+        try:
+            for _ in range(100):
+                await anyio.lowlevel.checkpoint()
+            return await super().expire(scope, before=before)
+        finally:
+            self._expiring -= 1
+
+
+class ExpiresWithoutRestoring(InProcessMemory):
+    __slots__ = ()
+    restore = restore_many = None  # type: ignore[assignment]
+
+
 _EXACT = "test_rule14_expire_deletes_exactly_the_tenants_older_facts"
 _CUTOFF = "test_rule14_the_cutoff_is_exact_to_the_microsecond"
 _RESTORED = "test_rule14_restored_facts_are_judged_by_their_own_time"
@@ -741,6 +779,18 @@ _BROKEN_EXPIRERS = [
     (ExpireAcceptsNaiveCutoffs, _REFUSED, 14, "expire with a naive cutoff answered"),
     (ExpireSkipsRestoredTimes, _RESTORED, 14, "restored facts were older than the cutoff"),
     (ExpireRefusesWhileWritten, _MEANWHILE, 14, "raised StoreUnavailableError"),
+    (
+        ExpireRaisesValueErrorForNaiveCutoffs,
+        _REFUSED,
+        14,
+        "expire with a naive cutoff raised ValueError; it must raise InvalidInputError",
+    ),
+    (
+        RememberRefusedDuringExpire,
+        _MEANWHILE,
+        14,
+        "a call made during expire raised StoreUnavailableError",
+    ),
 ]
 
 
@@ -994,3 +1044,11 @@ async def test_a_closed_store_closed_again_by_open_store_is_fine(
     contract._prepare(tmp_path, anyio_backend)
     await contract.test_rule7_closing_twice_is_harmless()
     await contract.test_rule8_errors_survive_pickling()
+
+
+async def test_retention_of_restored_times_needs_restoring(
+    tmp_path: Path, anyio_backend: str
+) -> None:
+    contract = prepared(ExpiresWithoutRestoring, tmp_path, anyio_backend)
+    with pytest.raises(pytest.skip.Exception, match=r"not applicable: .* RestoresFacts"):
+        await contract.test_rule14_restored_facts_are_judged_by_their_own_time()

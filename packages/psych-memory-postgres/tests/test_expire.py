@@ -208,10 +208,47 @@ async def test_a_writer_keeps_working_and_two_expiries_count_each_fact_once(
     assert await held(backdoor, "acme") == len(written)
 
 
-async def test_restored_facts_are_judged_by_their_own_time(store: PostgresMemory) -> None:
-    key = MemoryKey("acme", "moved")
-    facts = [Memory(f"old-{index}", key, f"restored {index}", made(index)) for index in range(5)]
-    await store.restore_many(facts)
-    now = await store.remember("acme", "moved", "made today")
-    assert await store.expire("acme", before=made(3)) == 3
-    assert await store.recall("acme", "moved") == (*facts[3:], now)
+async def test_restored_facts_are_judged_by_their_own_time(
+    postgres_dsn: str, schema: str
+) -> None:
+    # Without a statement bound, batches aim at their own target alone.
+    async with PostgresMemory.connect(postgres_dsn, schema=schema, statement_timeout=None) as store:
+        await store.setup()
+        key = MemoryKey("acme", "moved")
+        facts = [
+            Memory(f"old-{index}", key, f"restored {index}", made(index)) for index in range(5)
+        ]
+        await store.restore_many(facts)
+        now = await store.remember("acme", "moved", "made today")
+        assert await store.expire("acme", before=made(3)) == 3
+        assert await store.recall("acme", "moved") == (*facts[3:], now)
+
+
+async def test_a_first_batch_held_up_changed_nothing(
+    postgres_dsn: str, schema: str, backdoor: Backdoor
+) -> None:
+    async with PostgresMemory.connect(postgres_dsn, schema=schema, lock_timeout=0.1) as store:
+        await store.setup()
+        await load_aged(backdoor, "acme", 10)
+        locked = threading.Event()
+        release = threading.Event()
+
+        def lock_every_row() -> None:
+            with psycopg.connect(postgres_dsn) as conn:
+                conn.execute(sql.SQL("SELECT 1 FROM {} FOR UPDATE").format(backdoor.table))
+                locked.set()
+                release.wait(60)
+                conn.rollback()
+
+        holder = threading.Thread(target=lock_every_row)
+        holder.start()
+        try:
+            await anyio.to_thread.run_sync(locked.wait, 60)
+            with pytest.raises(StoreUnavailableError) as caught:
+                await store.expire("acme", before=made(10))
+        finally:
+            release.set()
+            await anyio.to_thread.run_sync(holder.join)
+        assert caught.value.may_have_taken_effect is False
+        assert "expire again" not in caught.value.reason
+        assert await held(backdoor, "acme") == 10

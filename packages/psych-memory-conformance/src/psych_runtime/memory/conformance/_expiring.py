@@ -56,6 +56,7 @@ def _expirer(store: MemoryStore) -> ExpiresFacts:
 async def _past(moment: datetime) -> None:
     # A cutoff a microsecond after a fact just made is a moment ahead of
     # the clock; it must be past before it is a valid cutoff.
+    await anyio.lowlevel.checkpoint()
     while datetime.now(UTC) <= moment:
         await anyio.lowlevel.checkpoint()
 
