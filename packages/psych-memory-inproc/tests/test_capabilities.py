@@ -327,8 +327,7 @@ async def test_expire_deletes_the_tenants_older_facts_across_end_users(
     memory: InProcessMemory,
 ) -> None:
     await memory.restore_many(
-        [fact(f"old-{user}", user=user) for user in ("u1", "u2")]
-        + [fact("other", tenant="globex")]
+        [fact(f"old-{user}", user=user) for user in ("u1", "u2")] + [fact("other", tenant="globex")]
     )
     kept = await memory.remember("acme", "u1", "made today")
     await memory.restore(fact("restored-later", user="u3"))

@@ -208,9 +208,7 @@ async def test_a_writer_keeps_working_and_two_expiries_count_each_fact_once(
     assert await held(backdoor, "acme") == len(written)
 
 
-async def test_restored_facts_are_judged_by_their_own_time(
-    postgres_dsn: str, schema: str
-) -> None:
+async def test_restored_facts_are_judged_by_their_own_time(postgres_dsn: str, schema: str) -> None:
     # Without a statement bound, batches aim at their own target alone.
     async with PostgresMemory.connect(postgres_dsn, schema=schema, statement_timeout=None) as store:
         await store.setup()

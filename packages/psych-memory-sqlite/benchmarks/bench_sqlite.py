@@ -737,9 +737,7 @@ def main() -> None:
     # The default keeps the files on the disk the project lives on: a temporary
     # folder may be in memory, where an fsync costs nothing.
     parser.add_argument("--dir", default=".", help="folder for the database files")
-    parser.add_argument(
-        "--only", choices=["erase", "restore", "expire"], help="run only this part"
-    )
+    parser.add_argument("--only", choices=["erase", "restore", "expire"], help="run only this part")
     parser.add_argument(
         "--erase-facts", type=int, help="facts of the end user part 5 erases (default 1,000,000)"
     )
