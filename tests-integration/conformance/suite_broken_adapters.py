@@ -22,6 +22,9 @@ from _broken_adapters import (  # type: ignore[import-not-found]
     DropsTheTenant,
     EraseLeavesOne,
     ErrorsLoseAttributes,
+    ExpireOnlyHides,
+    ExpiresAcrossCase,
+    ExpiresAtTheCutoff,
     ForgetIgnoresKey,
     ForgetRaisesOnMissing,
     IgnoresClose,
@@ -177,3 +180,15 @@ class TestPagerIgnoresAStaleAfter(_KitAgainst):
 
 class TestRestoreLosesMicroseconds(_KitAgainst):
     adapter = RestoreLosesMicroseconds
+
+
+class TestExpiresAtTheCutoff(_KitAgainst):
+    adapter = ExpiresAtTheCutoff
+
+
+class TestExpireOnlyHides(_KitAgainst):
+    adapter = ExpireOnlyHides
+
+
+class TestExpiresAcrossCase(_KitAgainst):
+    adapter = ExpiresAcrossCase

@@ -57,6 +57,9 @@ EXPECTED = {
     "TestPagerRepeatsAtPageBoundaries": {13},
     "TestPagerIgnoresAStaleAfter": {13},
     "TestRestoreLosesMicroseconds": {11},
+    "TestExpiresAtTheCutoff": {14},
+    "TestExpireOnlyHides": {14},
+    "TestExpiresAcrossCase": {14},
 }
 
 

@@ -155,6 +155,32 @@ class FailsSecondWrite(Counting):
             )
         return await super().restore_many(memories)
 
+class ExpiresOnly(FourMethods):
+    # Expires facts, but cannot list its tenants.
+    async def count_expired(self, scope, *, before):
+        return await self._inner.count_expired(scope, before=before)
+    async def expire(self, scope, *, before):
+        return await self._inner.expire(scope, before=before)
+
+class ExpiresSecondTenantFails(ExpiresOnly):
+    # Lists its tenants; the connection drops while the second is expired.
+    async def tenants(self):
+        return await self._inner.tenants()
+    async def end_users(self, scope):
+        return await self._inner.end_users(scope)
+    async def expire(self, scope, *, before):
+        if scope != "acme":
+            raise StoreUnavailableError(
+                "expire", "the server went away", may_have_taken_effect=False
+            )
+        return await super().expire(scope, before=before)
+
+class ExpiresScrubPending(ExpiresOnly):
+    # Wipes deleted bytes afterwards, and cannot do it now.
+    scrub_pending = True
+    async def scrub(self):
+        return False
+
 # One store per URL for the whole test, so that commands share it.
 STORES = {}
 
@@ -175,6 +201,9 @@ forgetting = shared(ForgetsBetweenPages)
 failing_write = shared(FailsSecondWrite)
 pages_fail = shared(PagesFail)
 always_forgets = shared(AlwaysForgets)
+expires_only = shared(ExpiresOnly)
+expires_failing = shared(ExpiresSecondTenantFails)
+expires_pending = shared(ExpiresScrubPending)
 
 @asynccontextmanager
 async def four_methods(url):
@@ -214,7 +243,8 @@ def schemes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         f"countingerasing = {name}:counting_erasing\ngrowing = {name}:growing\n"
         f"paged = {name}:paged\nforgetting = {name}:forgetting\n"
         f"failswrite = {name}:failing_write\npagesfail = {name}:pages_fail\n"
-        f"alwaysforgets = {name}:always_forgets\n",
+        f"alwaysforgets = {name}:always_forgets\nexpiresonly = {name}:expires_only\n"
+        f"expiresfailing = {name}:expires_failing\nexpirespending = {name}:expires_pending\n",
         "utf-8",
     )
     yield
@@ -243,6 +273,85 @@ def test_a_store_without_the_capability_is_refused(
     assert captured.out == ""
     assert captured.err.startswith(f"psych-memory: error: {argument}: {rule}")
     assert captured.err.count("\n") == 1
+
+
+@pytest.mark.usefixtures("schemes")
+@pytest.mark.parametrize(
+    ("argv", "rule"),
+    [
+        (
+            ["expire", "fourmethods:", "--tenant", "acme", "--older-than", "30d"],
+            "this store cannot expire facts by age (its backend does not provide ExpiresFacts)",
+        ),
+        (
+            ["expire", "expiresonly:", "--all-tenants", "--older-than", "30d", "--dry-run"],
+            "this store cannot list its users (its backend does not provide ListsEndUsers)",
+        ),
+    ],
+)
+def test_expire_on_a_store_without_the_capability_is_bad_usage_and_deletes_nothing(
+    argv: list[str], rule: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == ExitCode.USAGE
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == f"psych-memory: error: URL: {rule}; nothing was deleted\n"
+
+
+@pytest.mark.usefixtures("schemes")
+def test_expire_of_one_tenant_needs_no_listing(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["expire", "expiresonly:", "--tenant", "acme", "--older-than", "1h"]) == 0
+    assert "facts deleted:  0" in capsys.readouterr().out
+
+
+@pytest.mark.usefixtures("schemes")
+def test_an_expiry_failing_after_a_tenant_was_expired_says_it_may_have_taken_effect(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    old = datetime(2001, 1, 1, tzinfo=UTC)
+
+    async def fill() -> None:
+        async with open_memory("expiresfailing:") as store:
+            # The backend's own table: it restores nothing through the port.
+            inner = store._inner  # type: ignore[attr-defined]
+            for tenant in ("acme", "globex"):
+                await inner.restore(Memory(f"old-{tenant}", MemoryKey(tenant, "u1"), "old", old))
+
+    anyio.run(fill)
+    argv = ["expire", "expiresfailing:", "--all-tenants", "--older-than", "30d"]
+    assert main(argv) == ExitCode.UNAVAILABLE
+    err = capsys.readouterr().err
+    assert "after facts of earlier tenants were deleted for good" in err
+    assert "it may have taken effect" in err
+    assert err.count("\n") == 1
+
+
+@pytest.mark.usefixtures("schemes")
+def test_an_expiry_failing_before_deleting_anything_says_it_changed_nothing(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["expire", "expiresfailing:", "--tenant", "globex", "--older-than", "30d"]
+    assert main(argv) == ExitCode.UNAVAILABLE
+    err = capsys.readouterr().err
+    assert err == (
+        "psych-memory: error: URL: expire failed: the server went away; it changed nothing\n"
+    )
+
+
+@pytest.mark.usefixtures("schemes")
+def test_an_expiry_whose_wipe_waits_says_pending(capsys: pytest.CaptureFixture[str]) -> None:
+    old = datetime(2001, 1, 1, tzinfo=UTC)
+
+    async def fill() -> None:
+        async with open_memory("expirespending:") as store:
+            inner = store._inner  # type: ignore[attr-defined]
+            await inner.restore(Memory("old", MemoryKey("acme", "u1"), "old", old))
+
+    anyio.run(fill)
+    assert main(["expire", "expirespending:", "--tenant", "acme", "--older-than", "30d"]) == 0
+    out = capsys.readouterr().out
+    assert "facts deleted:  1" in out
+    assert out.splitlines()[-1].startswith("deleted bytes:  pending")
 
 
 @pytest.mark.usefixtures("schemes")

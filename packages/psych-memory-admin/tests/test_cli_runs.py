@@ -767,7 +767,10 @@ def test_the_bare_command_prints_its_short_usage(tmp_path: Path) -> None:
     assert run.stderr.splitlines() == [
         "Usage: psych-memory [OPTIONS] COMMAND [ARGS]...",
         "Try 'psych-memory --help' for help.",
-        "psych-memory: error: a command is needed: count, erase, export, import, migrate, users",
+        (
+            "psych-memory: error: a command is needed: "
+            "count, erase, expire, export, import, migrate, users"
+        ),
     ]
 
 
@@ -934,3 +937,48 @@ def test_a_reading_or_deleting_command_on_a_mistyped_schema_creates_nothing(
             "SELECT count(*) FROM pg_namespace WHERE nspname = %s", (postgres_schema,)
         ).fetchone()
     assert found == (0,), "the command created the schema it was only to read"
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def expiry_url(request: pytest.FixtureRequest) -> str:
+    """A store URL for the expiry runs: a SQLite file here, or a PostgreSQL schema."""
+    if request.param == "sqlite":
+        return "sqlite:///facts.db"
+    require_schemes("postgresql")
+    postgres_url: str = request.getfixturevalue("postgres_url")
+    return pg_url(postgres_url, request.getfixturevalue("pg_schema"))
+
+
+def test_two_expiries_at_once_delete_each_fact_once(tmp_path: Path, expiry_url: str) -> None:
+    # Two processes, as two schedulers firing together would start them.
+    old = datetime.now(UTC) - timedelta(days=500)
+    facts = [
+        Memory(f"old-{index}", MemoryKey("acme", f"u{index % 40}"), f"old {index}", old)
+        for index in range(5_000)
+    ]
+    anyio.run(_restore, expiry_url, facts)
+    argv = [command(), "expire", expiry_url, "--tenant", "acme", "--older-than", "400d"]
+    runs = [
+        subprocess.Popen(
+            [*argv, "--json"],
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=_environment(),
+        )
+        for _ in range(2)
+    ]
+    outputs = [run.communicate(timeout=120) for run in runs]
+    assert [run.returncode for run in runs] == [0, 0], [err for _, err in outputs]
+    receipts = [json.loads(out) for out, _ in outputs]
+    assert sum(receipt["facts_deleted"] for receipt in receipts) == len(facts)
+    assert snapshot(expiry_url) == {}
+    # Each receipt says where its deletion stands, when it deleted any.
+    deleting = [receipt for receipt in receipts if receipt["facts_deleted"]]
+    if expiry_url.startswith("sqlite"):
+        assert {receipt["scrub"] for receipt in deleting} <= {"scrubbed", "pending"}
+        assert {receipt["deletion_durability"] for receipt in receipts} == {None}
+    else:
+        assert {receipt["deletion_durability"] for receipt in deleting} == {"no_replication"}
+        assert {receipt["scrub"] for receipt in receipts} == {None}

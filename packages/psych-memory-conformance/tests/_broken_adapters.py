@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import itertools
 from collections.abc import Awaitable, Callable, Iterable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar, TypeVar, cast
 from uuid import uuid4
 
@@ -29,11 +29,15 @@ from psych_runtime.memory.port import (
     StoreClosedError,
     memory_key,
     validate_content,
+    validate_cutoff,
     validate_limit,
     validate_memory_id,
     validate_page,
     validate_restored_id,
+    validate_scope,
 )
+
+_MICROSECOND = timedelta(microseconds=1)
 
 _Method = TypeVar("_Method", bound=Callable[..., Awaitable[Any]])
 
@@ -572,3 +576,94 @@ class RestoreLosesMicroseconds(Correct):
 
     async def restore_many(self, memories: Iterable[Memory]) -> int:
         return await super().restore_many([self._rounded(memory) for memory in memories])
+
+
+class ExpiresAtTheCutoff(Correct):
+    """Rule 14: a fact created at the cutoff is expired too, as '<=' instead of '<' would."""
+
+    __slots__ = ()
+
+    @refuses_when_closed
+    async def expire(self, scope: Scope, *, before: datetime) -> int:
+        tenant = validate_scope(scope)
+        cutoff = validate_cutoff(before)
+        deleted = 0
+        with self._lock:
+            for key in [key for key in self._facts if key.tenant == tenant]:
+                old = [m.id for m in self._facts[key].values() if m.created_at <= cutoff]
+                deleted += self._expire_locked(key, old, cutoff + _MICROSECOND)
+        return deleted
+
+    @refuses_when_closed
+    async def count_expired(self, scope: Scope, *, before: datetime) -> int:
+        tenant = validate_scope(scope)
+        cutoff = validate_cutoff(before)
+        with self._lock:
+            return sum(
+                memory.created_at <= cutoff
+                for key, facts in self._facts.items()
+                if key.tenant == tenant
+                for memory in facts.values()
+            )
+
+
+class ExpireOnlyHides(Correct):
+    """Rule 14: expired facts are hidden from recall and counted, but their rows stay."""
+
+    __slots__ = ("_hidden",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._hidden: set[str] = set()
+
+    @refuses_when_closed
+    async def expire(self, scope: Scope, *, before: datetime) -> int:
+        tenant = validate_scope(scope)
+        cutoff = validate_cutoff(before)
+        with self._lock:
+            old = {
+                memory.id
+                for key, facts in self._facts.items()
+                if key.tenant == tenant
+                for memory in facts.values()
+                if memory.created_at < cutoff and memory.id not in self._hidden
+            }
+            self._hidden |= old
+        return len(old)
+
+    @refuses_when_closed
+    async def count_expired(self, scope: Scope, *, before: datetime) -> int:
+        return await super().count_expired(scope, before=before) - len(
+            self._hidden_of(validate_scope(scope))
+        )
+
+    def _hidden_of(self, tenant: str) -> set[str]:
+        with self._lock:
+            return {
+                memory_id
+                for key, facts in self._facts.items()
+                if key.tenant == tenant
+                for memory_id in facts
+                if memory_id in self._hidden
+            }
+
+    @refuses_when_closed
+    async def recall(
+        self, scope: Scope, end_user_id: str, *, limit: int | None = None
+    ) -> tuple[Memory, ...]:
+        visible = [m for m in await super().recall(scope, end_user_id) if m.id not in self._hidden]
+        limit = validate_limit(limit)
+        return tuple(visible if limit is None else visible[:limit])
+
+
+class ExpiresAcrossCase(Correct):
+    """Rule 14: tenants are compared case-insensitively, as a case-insensitive collation would."""
+
+    __slots__ = ()
+
+    @refuses_when_closed
+    async def expire(self, scope: Scope, *, before: datetime) -> int:
+        tenant = validate_scope(scope).casefold()
+        with self._lock:
+            tenants = {key.tenant for key in self._facts if key.tenant.casefold() == tenant}
+        return sum([await super().expire(name, before=before) for name in sorted(tenants)])

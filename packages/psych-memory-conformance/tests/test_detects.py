@@ -15,7 +15,7 @@ import threading
 from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, ClassVar
@@ -41,6 +41,7 @@ from psych_runtime.memory.port import (
     StoreUnavailableError,
     memory_key,
     validate_content,
+    validate_cutoff,
     validate_memory_id,
     validate_page,
 )
@@ -379,6 +380,7 @@ class WithoutCapabilities(InProcessMemory):
     __slots__ = ()
     # None withdraws a protocol method, as the typing module's checks agree.
     tenants = end_users = restore = restore_many = fact_counts = recall_page = None  # type: ignore[assignment]
+    expire = count_expired = None  # type: ignore[assignment]
 
 
 class RestoresPartOfABatch(broken.Correct):
@@ -681,11 +683,135 @@ _BROKEN_PAGERS_AND_TIMES = [
 ]
 
 
+class ExpireCountsNothing(InProcessMemory):
+    __slots__ = ()
+
+    async def expire(self, scope: Scope, *, before: datetime) -> int:
+        await super().expire(scope, before=before)
+        return 0
+
+
+class ExpireAcceptsNaiveCutoffs(InProcessMemory):
+    """Reads a naive cutoff as UTC, as a driver that drops time zones would."""
+
+    __slots__ = ()
+
+    async def expire(self, scope: Scope, *, before: datetime) -> int:
+        if before.tzinfo is None:
+            before = before.replace(tzinfo=UTC)
+        return await super().expire(scope, before=before)
+
+
+class ExpireSkipsRestoredTimes(broken.Correct):
+    """Judges facts by when they were written here, as an 'inserted_at' column would."""
+
+    __slots__ = ()
+
+    async def expire(self, scope: Scope, *, before: datetime) -> int:
+        if validate_cutoff(before) < datetime.now(UTC) - timedelta(days=1):
+            return 0
+        return await super().expire(scope, before=before)
+
+
+class ExpireRefusesWhileWritten(broken.Correct):
+    """Works in steps and gives up, deleting nothing, when the store was written meanwhile."""
+
+    __slots__ = ("_writes",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._writes = 0
+
+    async def remember(self, scope: Scope, end_user_id: str, content: str) -> Memory:
+        self._writes += 1
+        return await super().remember(scope, end_user_id, content)
+
+    async def expire(self, scope: Scope, *, before: datetime) -> int:
+        seen = self._writes
+        for _ in range(100):
+            # One step of work each, as batches would be.
+            await anyio.lowlevel.checkpoint()
+        if self._writes != seen:
+            raise StoreUnavailableError("expire", "busy", may_have_taken_effect=False)
+        return await super().expire(scope, before=before)
+
+
+class ExpireRaisesValueErrorForNaiveCutoffs(InProcessMemory):
+    __slots__ = ()
+
+    async def expire(self, scope: Scope, *, before: datetime) -> int:
+        if before.tzinfo is None:
+            raise ValueError("naive datetime")
+        return await super().expire(scope, before=before)
+
+
+class RememberRefusedDuringExpire(broken.Correct):
+    """Refuses writes while an expiry works through its steps, as a table lock would."""
+
+    __slots__ = ("_expiring",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._expiring = 0
+
+    async def remember(self, scope: Scope, end_user_id: str, content: str) -> Memory:
+        if self._expiring:
+            raise StoreUnavailableError("remember", "table locked", may_have_taken_effect=False)
+        return await super().remember(scope, end_user_id, content)
+
+    async def expire(self, scope: Scope, *, before: datetime) -> int:
+        self._expiring += 1
+        try:
+            for _ in range(100):
+                await anyio.lowlevel.checkpoint()
+            return await super().expire(scope, before=before)
+        finally:
+            self._expiring -= 1
+
+
+class ExpiresWithoutRestoring(InProcessMemory):
+    __slots__ = ()
+    restore = restore_many = None  # type: ignore[assignment]
+
+
+_EXACT = "test_rule14_expire_deletes_exactly_the_tenants_older_facts"
+_CUTOFF = "test_rule14_the_cutoff_is_exact_to_the_microsecond"
+_RESTORED = "test_rule14_restored_facts_are_judged_by_their_own_time"
+_REFUSED = "test_rule14_invalid_cutoffs_and_tenants_are_refused_and_change_nothing"
+_MEANWHILE = "test_rule14_calls_made_meanwhile_keep_working"
+
+# Retention the kit judges wrong, in the same columns.
+_BROKEN_EXPIRERS = [
+    (broken.ExpiresAtTheCutoff, _CUTOFF, 14, "at a fact's created_at deleted it"),
+    (broken.ExpiresAtTheCutoff, _EXACT, 14, "count_expired counted"),
+    (broken.ExpireOnlyHides, _EXACT, 14, "rows stored"),
+    (broken.ExpireOnlyHides, _CUTOFF, 14, "still stored"),
+    (broken.ExpiresAcrossCase, _EXACT, 14, "expire returned"),
+    (ExpireCountsNothing, _EXACT, 14, "expire returned 0"),
+    (ExpireAcceptsNaiveCutoffs, _REFUSED, 14, "expire with a naive cutoff answered"),
+    (ExpireSkipsRestoredTimes, _RESTORED, 14, "restored facts were older than the cutoff"),
+    (ExpireRefusesWhileWritten, _MEANWHILE, 14, "raised StoreUnavailableError"),
+    (
+        ExpireRaisesValueErrorForNaiveCutoffs,
+        _REFUSED,
+        14,
+        "expire with a naive cutoff raised ValueError; it must raise InvalidInputError",
+    ),
+    (
+        RememberRefusedDuringExpire,
+        _MEANWHILE,
+        14,
+        "a call made during expire raised StoreUnavailableError",
+    ),
+]
+
+
 @pytest.mark.parametrize(
     ("store_class", "check", "rule", "words"),
     [
         *_BROKEN_CALLS,
         *_BROKEN_PAGERS_AND_TIMES,
+        *_BROKEN_EXPIRERS,
         (
             broken.IgnoresClose,
             "test_rule7_every_call_after_close_raises_and_changes_nothing",
@@ -899,6 +1025,11 @@ async def test_a_miscounting_store_fails_rule_12_alone(
         ("test_rule13_an_after_the_key_does_not_hold_is_stale", "PagesFacts"),
         ("test_rule13_invalid_arguments_are_refused_and_change_nothing", "PagesFacts"),
         ("test_rule13_pages_touch_only_their_own_key", "PagesFacts"),
+        (_EXACT, "ExpiresFacts"),
+        (_CUTOFF, "ExpiresFacts"),
+        (_RESTORED, "ExpiresFacts"),
+        (_REFUSED, "ExpiresFacts"),
+        (_MEANWHILE, "ExpiresFacts"),
     ],
 )
 async def test_a_missing_capability_is_reported_as_not_applicable(
@@ -925,3 +1056,11 @@ async def test_a_closed_store_closed_again_by_open_store_is_fine(
     contract._prepare(tmp_path, anyio_backend)
     await contract.test_rule7_closing_twice_is_harmless()
     await contract.test_rule8_errors_survive_pickling()
+
+
+async def test_retention_of_restored_times_needs_restoring(
+    tmp_path: Path, anyio_backend: str
+) -> None:
+    contract = prepared(ExpiresWithoutRestoring, tmp_path, anyio_backend)
+    with pytest.raises(pytest.skip.Exception, match=r"not applicable: .* RestoresFacts"):
+        await contract.test_rule14_restored_facts_are_judged_by_their_own_time()

@@ -318,3 +318,34 @@ async def test_a_closed_store_refuses_a_batch(memory: InProcessMemory) -> None:
     await memory.aclose()
     with pytest.raises(StoreClosedError):
         await memory.restore_many([fact("f1")])
+
+
+# Retention.
+
+
+async def test_expire_deletes_the_tenants_older_facts_across_end_users(
+    memory: InProcessMemory,
+) -> None:
+    await memory.restore_many(
+        [fact(f"old-{user}", user=user) for user in ("u1", "u2")] + [fact("other", tenant="globex")]
+    )
+    kept = await memory.remember("acme", "u1", "made today")
+    await memory.restore(fact("restored-later", user="u3"))
+    cutoff = WHEN + timedelta(microseconds=1)
+    assert await memory.count_expired("acme", before=cutoff) == 3
+    assert await memory.expire("acme", before=cutoff) == 3
+    assert await memory.recall("acme", "u1") == (kept,)
+    assert await memory.end_users("acme") == ("u1",)
+    assert await memory.tenants() == ("acme", "globex")
+    # The index of ids follows: an expired id may be restored again.
+    assert await memory.restore(fact("old-u1"))
+
+
+async def test_a_key_gone_before_its_turn_is_skipped(memory: InProcessMemory) -> None:
+    await memory.restore(fact("old"))
+    key = MemoryKey("acme", "u1")
+    ids = ["old"]
+    await memory.erase("acme", "u1")
+    # What expire does for a key erased between its snapshot and its deletion.
+    with memory._lock:
+        assert memory._expire_locked(key, ids, WHEN + timedelta(days=1)) == 0

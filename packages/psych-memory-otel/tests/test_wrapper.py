@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -19,6 +19,7 @@ from psych_runtime.memory.inproc import InProcessMemory
 from psych_runtime.memory.otel import instrument
 from psych_runtime.memory.port import (
     CountsFacts,
+    ExpiresFacts,
     InvalidInputError,
     ListsEndUsers,
     Memory,
@@ -136,8 +137,16 @@ class _ScrubsWithoutSaying(ThirdPartyStore):
         return False
 
 
-_MIXINS = (_Lists, _Counts, _Pages, _Restores, _Scrubs, _ScrubsWithoutSaying)
-_PROTOCOLS = (ListsEndUsers, CountsFacts, PagesFacts, RestoresFacts)
+class _Expires(ThirdPartyStore):
+    async def count_expired(self, scope: Scope, *, before: datetime) -> int:
+        return await self.inner.count_expired(scope, before=before)
+
+    async def expire(self, scope: Scope, *, before: datetime) -> int:
+        return await self.inner.expire(scope, before=before)
+
+
+_MIXINS = (_Lists, _Counts, _Pages, _Restores, _Scrubs, _ScrubsWithoutSaying, _Expires)
+_PROTOCOLS = (ListsEndUsers, CountsFacts, PagesFacts, RestoresFacts, ExpiresFacts)
 
 
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -151,7 +160,16 @@ def test_a_capability_is_there_exactly_when_the_wrapped_store_has_it(
     assert isinstance(store, MemoryStore)
     for protocol in _PROTOCOLS:
         assert isinstance(store, protocol) is isinstance(bare, protocol), protocol
-    for name in ("scrub", "scrub_pending", "tenants", "fact_counts", "recall_page", "restore"):
+    for name in (
+        "scrub",
+        "scrub_pending",
+        "tenants",
+        "fact_counts",
+        "recall_page",
+        "restore",
+        "expire",
+        "count_expired",
+    ):
         assert hasattr(store, name) is hasattr(bare, name), name
 
 
@@ -175,6 +193,38 @@ async def test_every_capability_answers_as_the_wrapped_store(telemetry: Telemetr
     assert store.scrub_pending is True  # type: ignore[attr-defined]
     assert await store.scrub() is True  # type: ignore[attr-defined]
     assert store.scrub_pending is False  # type: ignore[attr-defined]
+
+
+async def test_expiry_is_a_deletion_span_with_its_count_cutoff_and_scrub_state(
+    telemetry: Telemetry,
+) -> None:
+    bare = type("Expiring", (_Expires, _Scrubs), {})()
+    store = telemetry.instrument(bare)
+    assert isinstance(store, ExpiresFacts)
+    old = await store.remember("acme", "SECRET-user", "SECRET content")
+    cutoff = old.created_at + timedelta(microseconds=1)
+    while datetime.now(UTC) <= cutoff:
+        await anyio.lowlevel.checkpoint()
+    assert await store.count_expired("acme", before=cutoff) == 1
+    assert await store.expire("acme", before=cutoff) == 1
+    assert await store.expire("acme", before=cutoff) == 0
+    with pytest.raises(InvalidInputError):
+        await store.expire("acme", before=datetime(2001, 1, 1))
+    counted, expired, again, refused = telemetry.spans()[1:]
+    assert counted.name == "search_memory"
+    assert dict(counted.attributes or {})["gen_ai.memory.record.count"] == 1
+    attributes = dict(expired.attributes or {})
+    assert expired.name == again.name == refused.name == "delete_memory"
+    assert attributes["psych_memory.operation"] == "expire"
+    assert attributes["gen_ai.memory.record.count"] == 1
+    assert attributes["psych_memory.records.deleted"] == 1
+    assert attributes["psych_memory.expire.before"] == cutoff.isoformat()
+    assert [event.name for event in expired.events] == ["psych_memory.scrub.pending"]
+    assert [event.name for event in again.events] == []
+    assert refused.status.status_code is StatusCode.ERROR
+    recorded = json.dumps([dict(span.attributes or {}) for span in telemetry.spans()])
+    assert "SECRET" not in recorded
+    assert "acme" not in recorded
 
 
 async def test_a_scrub_left_pending_is_an_event_of_its_span(telemetry: Telemetry) -> None:

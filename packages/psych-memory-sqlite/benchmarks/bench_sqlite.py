@@ -592,6 +592,76 @@ def large_erase(folder: Path, *, durability: Durability, backend: str, facts: in
         print(f"| {name} | {seconds:,.1f} | {calls:,} | {failed} | {worst:,.0f} | {median:,.1f} |")
 
 
+# Part 7: retention, one tenant expired beside a writer.
+
+EXPIRE_USERS = 10_000
+
+
+def load_tenant(path: Path, durability: Durability, facts: int, cutoff: int) -> None:
+    """Tenant "acme": ``facts`` facts over 10,000 end users, a third made before ``cutoff``."""
+    rng = random.Random(facts)
+    with closing(plain(path, durability)) as conn:
+        conn.execute("BEGIN")
+        conn.executemany(
+            "INSERT INTO psych_memory_fact (tenant, end_user_id, seq, id, content, created_at) "
+            "VALUES ('acme', ?, ?, ?, ?, ?)",
+            (
+                (
+                    user(index % EXPIRE_USERS),
+                    index // EXPIRE_USERS + 1,
+                    uuid.UUID(int=rng.getrandbits(128)).hex,
+                    content(rng),
+                    # Each end user's oldest third is old, as years of use leave it.
+                    cutoff - 1 - index if index % 3 == 0 else cutoff + index,
+                )
+                for index in range(facts)
+            ),
+        )
+        conn.execute("COMMIT")
+        conn.execute(TRUNCATE_LOG)
+
+
+async def adapter_expire(path: Path, durability: Durability, cutoff: datetime) -> tuple[float, int]:
+    async with SqliteMemory(path, durability=durability) as memory:
+        start = time.perf_counter()
+        expired = await memory.expire("acme", before=cutoff)
+        return time.perf_counter() - start, expired
+
+
+def large_expire(folder: Path, *, durability: Durability, backend: str, facts: int) -> None:
+    cutoff = datetime.now(UTC) - timedelta(days=400)
+    micros = (cutoff - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
+    path = folder / "expire.sqlite3"
+    anyio.run(create, path, durability)
+    start = time.perf_counter()
+    load_tenant(path, durability, facts, micros)
+    print(f"  loaded {facts:,} facts in {time.perf_counter() - start:.0f} s", file=sys.stderr)
+    expired: list[int] = []
+
+    def expire_all() -> float:
+        seconds, count = anyio.run(adapter_expire, path, durability, cutoff, backend=backend)
+        expired.append(count)
+        return seconds
+
+    seconds, lines = beside_writer(path, durability, expire_all)
+    waits = [float(line.split()[1]) for line in lines if line.startswith("ok ")]
+    failed = len(lines) - len(waits)
+    print(
+        f"\n## A tenant of {facts:,} facts over {EXPIRE_USERS:,} end users, a third older than "
+        f"the cutoff, expired beside a writer every 20 ms ({backend}, durability={durability})"
+    )
+    print(
+        "\n| facts deleted | seconds | writer's calls | failed | worst wait ms | median wait ms |"
+    )
+    print("| ---: | ---: | ---: | ---: | ---: | ---: |")
+    print(
+        f"| {expired[0]:,} | {seconds:,.1f} | {len(lines):,} | {failed} | {max(waits):,.0f} | "
+        f"{statistics.median(waits):,.1f} |"
+    )
+    for leftover in folder.glob(f"{path.name}*"):
+        leftover.unlink()
+
+
 # Part 6: one restore_many, which is one transaction.
 
 RESTORE_BATCHES = (2_000, 10_000, 50_000)
@@ -667,9 +737,12 @@ def main() -> None:
     # The default keeps the files on the disk the project lives on: a temporary
     # folder may be in memory, where an fsync costs nothing.
     parser.add_argument("--dir", default=".", help="folder for the database files")
-    parser.add_argument("--only", choices=["erase", "restore"], help="run only this part")
+    parser.add_argument("--only", choices=["erase", "restore", "expire"], help="run only this part")
     parser.add_argument(
         "--erase-facts", type=int, help="facts of the end user part 5 erases (default 1,000,000)"
+    )
+    parser.add_argument(
+        "--expire-facts", type=int, help="facts of the tenant part 7 expires (default 1,000,000)"
     )
     parser.add_argument("--writer", metavar="FILE", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -678,6 +751,7 @@ def main() -> None:
         anyio.run(paced_writes, args.writer, durability, backend=args.backend)
         return
     erase_facts = args.erase_facts or (20_000 if args.quick else 1_000_000)
+    expire_facts = args.expire_facts or (30_000 if args.quick else 1_000_000)
     if args.quick:
         users, ops, per_user, rounds, sizes = 200, 40, 20, 2, [2_000, 20_000]
     else:
@@ -691,6 +765,11 @@ def main() -> None:
             return
         if args.only == "restore":
             restore_batches(Path(folder), durability=durability, backend=args.backend, rounds=3)
+            return
+        if args.only == "expire":
+            large_expire(
+                Path(folder), durability=durability, backend=args.backend, facts=expire_facts
+            )
             return
         throughput(
             Path(folder),
@@ -712,6 +791,7 @@ def main() -> None:
         scrub_cost(files, durability=durability, backend=args.backend, rounds=3)
         large_erase(Path(folder), durability=durability, backend=args.backend, facts=erase_facts)
         restore_batches(Path(folder), durability=durability, backend=args.backend, rounds=3)
+        large_expire(Path(folder), durability=durability, backend=args.backend, facts=expire_facts)
 
 
 if __name__ == "__main__":

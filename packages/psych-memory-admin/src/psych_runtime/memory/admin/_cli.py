@@ -12,6 +12,7 @@ import errno
 import json
 import logging
 import os
+import re
 import select
 import shutil
 import signal
@@ -21,7 +22,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
 from typing import IO, Any, Final
@@ -29,7 +30,7 @@ from typing import IO, Any, Final
 import anyio
 import click
 
-from psych_runtime.memory.port import InvalidInputError, MemoryKey
+from psych_runtime.memory.port import InvalidInputError, MemoryKey, validate_cutoff
 
 from ._cli_stores import checked_key, checked_tenant, refusals_naming
 from ._commands import one_line, open_for_command
@@ -39,6 +40,7 @@ from ._errors import (
     FactsForgottenError,
     HeldFactsConflictError,
     ImportStoppedError,
+    MissingCapabilityError,
     OperationRefusedError,
 )
 from ._exit import CommandError, ExitCode, exit_codes_help
@@ -47,8 +49,10 @@ from ._migrate import Migration, Progress, migrate
 from ._operations import (
     IMPORT_BATCH,
     ErasureReceipt,
+    ExpiryReceipt,
     count_stored,
     erase_end_user,
+    expire_tenants,
     export_facts,
     import_facts,
 )
@@ -62,6 +66,8 @@ __all__ = ["main"]
 PROG: Final = "psych-memory"
 RECEIPT_NAME: Final = "psych-memory-erasure-receipt"
 RECEIPT_VERSION: Final = 1
+EXPIRY_RECEIPT_NAME: Final = "psych-memory-expiry-receipt"
+EXPIRY_RECEIPT_VERSION: Final = 1
 DEFAULT_JOBS: Final = 8
 
 _URL_HELP: Final = "URL is a store URL: memory:, sqlite:///path, postgresql://..."
@@ -129,8 +135,9 @@ def _run(body: Callable[..., Awaitable[int]], *args: Any) -> int:
 def cli() -> None:
     """Answer operators' requests about Psych memory stores.
 
-    Access and portability (export), erasure with a receipt (erase), listing and
-    counting (users, count), and moving facts between stores (migrate, import).
+    Access and portability (export), erasure with a receipt (erase), retention
+    (expire), listing and counting (users, count), and moving facts between
+    stores (migrate, import).
     """
 
 
@@ -458,14 +465,171 @@ def _receipt_text(receipt: ErasureReceipt) -> str:
     durability = receipt.deletion_durability
     if durability is not None:
         lines.append(f"durability:     {_DURABILITY_TEXT.get(durability, durability)}")
-    if receipt.scrub == "scrubbed":
-        lines.append("deleted bytes:  scrubbed (none remain in the database file or its log)")
-    elif receipt.scrub == "pending":
-        lines.append(
-            "deleted bytes:  pending (another connection is using the file; the store wipes them "
-            "when it can)"
-        )
+    lines += _scrub_lines(receipt.scrub)
     return "\n".join(lines)
+
+
+_AGE: Final = re.compile(r"([0-9]{1,9})([dh])")
+_AGE_UNITS: Final = {"d": timedelta(days=1), "h": timedelta(hours=1)}
+_AGE_RULE: Final = "must be a whole number of days or hours from 1, such as 400d or 36h"
+
+
+def _cutoff(older_than: str | None, before: str | None, now: datetime) -> datetime:
+    # The instant the facts to expire were created before, from exactly one
+    # of the two options, checked by the port's rule before any store opens.
+    if (older_than is None) == (before is None):
+        raise CommandError(
+            "--older-than", "or --before is needed, and only one of them", ExitCode.USAGE
+        )
+    if older_than is not None:
+        argument = "--older-than"
+        matched = _AGE.fullmatch(older_than)
+        if matched is None or not int(matched[1]):
+            raise CommandError(argument, _AGE_RULE, ExitCode.USAGE)
+        try:
+            cutoff = now - int(matched[1]) * _AGE_UNITS[matched[2]]
+        except OverflowError:
+            raise CommandError(
+                argument, "reaches back before the year 1; name a shorter age", ExitCode.USAGE
+            ) from None
+    else:
+        argument = "--before"
+        try:
+            cutoff = datetime.fromisoformat(str(before))
+        except ValueError:
+            raise CommandError(
+                argument,
+                "must be an ISO 8601 instant with its time zone, such as 2025-01-31T00:00:00Z",
+                ExitCode.USAGE,
+            ) from None
+    try:
+        return validate_cutoff(cutoff, now=now)
+    except InvalidInputError as exc:
+        raise CommandError(argument, exc.rule, ExitCode.USAGE) from None
+
+
+@cli.command(epilog=_URL_HELP)
+@_url
+@click.option("--tenant", help="Expire this tenant's facts, exactly as stored.")
+@click.option(
+    "--all-tenants", is_flag=True, help="Expire the facts of every tenant the store holds."
+)
+@click.option(
+    "--older-than",
+    metavar="AGE",
+    help="Expire facts created more than AGE ago: a whole number of days (400d) or hours (36h).",
+)
+@click.option(
+    "--before",
+    metavar="INSTANT",
+    help="Expire facts created before this ISO 8601 instant with its time zone.",
+)
+@click.option("--dry-run", is_flag=True, help="Count the facts that would go; delete nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the receipt as JSON.")
+def expire(  # noqa: PLR0913, PLR0917 - one parameter per option, as click passes them
+    url: str,
+    tenant: str | None,
+    all_tenants: bool,  # noqa: FBT001
+    older_than: str | None,
+    before: str | None,
+    dry_run: bool,  # noqa: FBT001
+    as_json: bool,  # noqa: FBT001
+) -> int:
+    """Delete every fact older than an age, of one tenant or all, and print a receipt.
+
+    A fact's age is that of its creation time as stored (a fact moved with
+    import or migrate keeps its own); reading a fact does not make it younger.
+    Deleted facts are gone as with erase: for a store that wipes deleted bytes
+    (SQLite) the receipt says whether the wipe is done, for PostgreSQL where
+    the deletion is durable. Meant to run on a schedule: running it twice, or
+    two runs at once, deletes each fact once; a run that stops part way is
+    finished by the next. It asks no question.
+    """
+    if tenant is not None and all_tenants:
+        raise CommandError("--tenant", "and --all-tenants cannot be given together", ExitCode.USAGE)
+    if tenant is None and not all_tenants:
+        raise CommandError("--tenant", "or --all-tenants is needed", ExitCode.USAGE)
+    names = None if tenant is None else (checked_tenant(tenant),)
+    cutoff = _cutoff(older_than, before, datetime.now(UTC))
+
+    async def body() -> int:
+        async with opened(url, "URL", must_exist=True) as store:
+            try:
+                receipt = await expire_tenants(
+                    store, names, cutoff, redact_url(url), dry_run=dry_run
+                )
+            except MissingCapabilityError as exc:
+                raise CommandError(
+                    "URL",
+                    f"this store cannot {exc.ability} (its backend does not provide "
+                    f"{exc.capability}); nothing was deleted",
+                    ExitCode.USAGE,
+                ) from None
+        click.echo(
+            json.dumps(_expiry_json(receipt, older_than), ensure_ascii=False, indent=2)
+            if as_json
+            else _expiry_text(receipt, older_than)
+        )
+        return ExitCode.DONE
+
+    return _run(body)
+
+
+def _expiry_json(receipt: ExpiryReceipt, older_than: str | None) -> dict[str, object]:
+    counted = "facts_to_delete" if receipt.dry_run else "facts_deleted"
+    return {
+        "receipt": EXPIRY_RECEIPT_NAME,
+        "version": EXPIRY_RECEIPT_VERSION,
+        "dry_run": receipt.dry_run,
+        "cutoff": utc_text(receipt.cutoff),
+        "older_than": older_than,
+        "tenants": [{"tenant": tenant, counted: count} for tenant, count in receipt.facts],
+        counted: receipt.total,
+        "expired_at": utc_text(receipt.expired_at),
+        "store": receipt.store,
+        "scrub": receipt.scrub,
+        "deletion_durability": receipt.deletion_durability,
+    }
+
+
+def _expiry_text(receipt: ExpiryReceipt, older_than: str | None) -> str:
+    done = "to delete" if receipt.dry_run else "deleted"
+    age = f" (older than {older_than})" if older_than is not None else ""
+    lines = [
+        "Expiry dry run: nothing was deleted" if receipt.dry_run else "Expiry receipt",
+        f"cutoff:         facts created before {utc_text(receipt.cutoff)} (UTC){age}",
+        f"store:          {receipt.store}",
+    ]
+    lines += [
+        f"tenant:         {tenant}: {count} fact(s) {done}" for tenant, count in receipt.facts
+    ]
+    if not receipt.facts:
+        lines.append("tenants:        none: the store holds no facts")
+    lines += [
+        f"{f'facts {done}:':<16}{receipt.total}",
+        (
+            f"{'counted' if receipt.dry_run else 'expired'} at:     "
+            f"{utc_text(receipt.expired_at)} (UTC)"
+        ),
+    ]
+    durability = receipt.deletion_durability
+    if durability is not None:
+        lines.append(f"durability:     {_DURABILITY_TEXT.get(durability, durability)}")
+    lines += _scrub_lines(receipt.scrub)
+    return "\n".join(lines)
+
+
+def _scrub_lines(scrub: str | None) -> list[str]:
+    if scrub == "scrubbed":
+        return ["deleted bytes:  scrubbed (none remain in the database file or its log)"]
+    if scrub == "pending":
+        return [
+            (
+                "deleted bytes:  pending (another connection is using the file; the store wipes "
+                "them when it can)"
+            )
+        ]
+    return []
 
 
 @cli.command(epilog=_URL_HELP)

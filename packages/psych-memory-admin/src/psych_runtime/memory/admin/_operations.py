@@ -1,4 +1,4 @@
-"""The operations on one open store: count, export, import and erase.
+"""The operations on one open store: count, export, import, erase and expire.
 
 Each returns what it found or did and raises the operation errors of
 `_errors` (naming the store by its role, ``"store"``); the command line
@@ -23,19 +23,22 @@ from psych_runtime.memory.port import (
     MemoryStoreError,
     RestoresFacts,
     ScrubsDeletions,
+    StoreUnavailableError,
 )
 
 from ._errors import HeldFactsConflictError, ImportStoppedError
 from ._format import ExportReader, Layout, export_fact
 from ._pages import pages, retried
-from ._stores import ReportsDurability, lister, restorer, same_fact
+from ._stores import ReportsDurability, expirer, lister, restorer, same_fact
 
 __all__ = [
     "IMPORT_BATCH",
     "ErasureReceipt",
+    "ExpiryReceipt",
     "Imported",
     "count_stored",
     "erase_end_user",
+    "expire_tenants",
     "export_facts",
     "import_facts",
 ]
@@ -199,10 +202,90 @@ async def erase_end_user(store: MemoryStore, key: MemoryKey, shown_as: str) -> E
     erased_at = datetime.now(UTC)
     if not deleted:
         return ErasureReceipt(key, deleted, erased_at, shown_as)
+    scrub, durability = await _after_deletion(store)
+    return ErasureReceipt(key, deleted, erased_at, shown_as, scrub, durability)
+
+
+async def _after_deletion(store: MemoryStore) -> tuple[ScrubState | None, str | None]:
+    # What a receipt says once facts were deleted: the wipe of their bytes,
+    # done now by a store that does it afterwards, and where it is durable.
     scrub: ScrubState | None = None
     if isinstance(store, ScrubsDeletions):
         scrub = "scrubbed" if await store.scrub() else "pending"
-    return ErasureReceipt(key, deleted, erased_at, shown_as, scrub, await _durability(store))
+    return scrub, await _durability(store)
+
+
+@dataclass(frozen=True, slots=True)
+class ExpiryReceipt:
+    """What an expiry (or its dry run) did, for the record."""
+
+    cutoff: datetime
+    """Facts created before this instant (UTC) were expired."""
+    facts: tuple[tuple[str, int], ...]
+    """Each tenant, in code-point order, with the facts deleted (counted, in a dry run)."""
+    expired_at: datetime
+    """When the store acknowledged the last deletion (or count), in UTC."""
+    store: str
+    """The store, as it may be shown (its URL without a password)."""
+    dry_run: bool
+    """Whether the facts were only counted: nothing was deleted."""
+    scrub: ScrubState | None = None
+    """Whether the deleted bytes are wiped, for a store that wipes them afterwards."""
+    deletion_durability: str | None = None
+    """Where the deletion is durable, for a store that says (`ReportsDurability`)."""
+
+    @property
+    def total(self) -> int:
+        """Facts deleted (counted, in a dry run) in every tenant."""
+        return sum(count for _, count in self.facts)
+
+
+async def expire_tenants(
+    store: MemoryStore,
+    tenants: tuple[str, ...] | None,
+    cutoff: datetime,
+    shown_as: str,
+    *,
+    dry_run: bool,
+) -> ExpiryReceipt:
+    """Delete (or count) the facts created before ``cutoff`` in ``tenants``; return the receipt.
+
+    ``tenants`` are already validated; ``None`` is every tenant the store
+    lists. After a deletion, the receipt's scrub and durability are found as
+    for an erase. ``shown_as`` is how the receipt names the store.
+
+    Raises:
+        MissingCapabilityError: The store cannot expire facts, or cannot
+            list its tenants when ``tenants`` is ``None``. Nothing was done.
+        InvalidInputError: ``cutoff`` is in the future (see the port's
+            `validate_cutoff`); nothing was done.
+        MemoryStoreError: The store failed; earlier tenants' facts may be
+            deleted (then the error says ``may_have_taken_effect``).
+    """
+    expires = expirer(store)
+    names = tenants if tenants is not None else await lister(store).tenants()
+    done: list[tuple[str, int]] = []
+    for tenant in names:
+        if dry_run:
+            done.append((tenant, await expires.count_expired(tenant, before=cutoff)))
+            continue
+        try:
+            done.append((tenant, await expires.expire(tenant, before=cutoff)))
+        except StoreUnavailableError as exc:
+            if sum(count for _, count in done) and not exc.may_have_taken_effect:
+                raise StoreUnavailableError(
+                    exc.operation,
+                    f"{exc.reason}, after facts of earlier tenants were deleted for good; "
+                    "expire again to delete the rest",
+                    may_have_taken_effect=True,
+                ) from exc
+            raise
+    expired_at = datetime.now(UTC)
+    receipt = ExpiryReceipt(cutoff, tuple(done), expired_at, shown_as, dry_run)
+    if dry_run or not receipt.total:
+        return receipt
+    scrub, durability = await _after_deletion(store)
+    return ExpiryReceipt(cutoff, tuple(done), expired_at, shown_as, dry_run, scrub, durability)
 
 
 async def _durability(store: MemoryStore) -> str | None:

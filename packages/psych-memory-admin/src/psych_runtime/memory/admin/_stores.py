@@ -4,11 +4,17 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-from psych_runtime.memory.port import ListsEndUsers, Memory, MemoryStore, RestoresFacts
+from psych_runtime.memory.port import (
+    ExpiresFacts,
+    ListsEndUsers,
+    Memory,
+    MemoryStore,
+    RestoresFacts,
+)
 
 from ._errors import MissingCapabilityError
 
-__all__ = ["ReportsDurability", "lister", "restorer", "same_fact"]
+__all__ = ["ReportsDurability", "expirer", "lister", "restorer", "same_fact"]
 
 
 @runtime_checkable
@@ -46,6 +52,18 @@ def restorer(store: MemoryStore, role: str = "store") -> RestoresFacts:
     """
     if not isinstance(store, RestoresFacts):
         raise MissingCapabilityError(role, "restore facts as they were", "RestoresFacts")
+    return store
+
+
+def expirer(store: MemoryStore, role: str = "store") -> ExpiresFacts:
+    """``store`` as a store that deletes facts by age.
+
+    Raises:
+        MissingCapabilityError: It does not provide `ExpiresFacts` (naming
+            its ``role``).
+    """
+    if not isinstance(store, ExpiresFacts):
+        raise MissingCapabilityError(role, "expire facts by age", "ExpiresFacts")
     return store
 
 

@@ -21,6 +21,7 @@ from ._capability import CapabilityChecks
 from ._concurrent_writes import ConcurrentWriteChecks
 from ._counting import CountingChecks
 from ._erasing import EraseChecks
+from ._expiring import ExpiringChecks
 from ._failures import FailureChecks
 from ._fixtures import KIT_FIXTURES, KitFixtures
 from ._forgetting import ForgetChecks
@@ -56,6 +57,7 @@ class MemoryStoreContract(
     CapabilityChecks,
     CountingChecks,
     PagingChecks,
+    ExpiringChecks,
 ):
     """The port's contract as a test class: subclass it to check a backend.
 
@@ -66,9 +68,9 @@ class MemoryStoreContract(
     on trio (the kit supplies the ``anyio_backend`` fixture).
 
     Rules 1-6 are checked on every store, and so are 7-9 (lifecycle,
-    failures, cancellation); the checks of rules 10-13 run when the store
-    provides the port's `ListsEndUsers`, `RestoresFacts`, `CountsFacts` or
-    `PagesFacts` capability (rule 10, 11, 12 or 13), and are skipped as not
+    failures, cancellation); the checks of rules 10-14 run when the store
+    provides the port's `ListsEndUsers`, `RestoresFacts`, `CountsFacts`,
+    `PagesFacts` or `ExpiresFacts` capability (rule 10, 11, 12, 13 or 14), and are skipped as not
     applicable otherwise.
 
     A check can be marked expected-to-fail, with a reason, in

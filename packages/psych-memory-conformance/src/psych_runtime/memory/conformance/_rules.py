@@ -1,7 +1,7 @@
 """The rules of the port, worded as failure messages quote them.
 
 Rules 1-6 are the four methods' contract, 7-9 the lifecycle, the failures
-and cancellation every store shares, and 10-13 the optional capabilities,
+and cancellation every store shares, and 10-14 the optional capabilities,
 checked only on a store that provides them.
 """
 
@@ -73,6 +73,14 @@ RULES: Final[Mapping[int, str]] = MappingProxyType(
             "recall returns, in its order: up to size facts after the fact 'after' names, a "
             "page shorter than size is the last, an 'after' the key does not hold raises "
             "StalePageError, and an invalid size or after is refused, changing nothing"
+        ),
+        14: (
+            "a store that expires facts (ExpiresFacts) deletes for good exactly the facts of "
+            "the tenant, of every end user, created before the cutoff (strictly, to the "
+            "microsecond), returns how many it deleted and counts them beforehand with "
+            "count_expired; facts of other tenants and facts created at or after the cutoff "
+            "are untouched, calls made meanwhile keep working, and a naive or future cutoff "
+            "is refused, changing nothing"
         ),
     }
 )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import Any, Final, NoReturn, TypeAlias
+from typing import Any, Final, NoReturn, TypeAlias, TypeVar
 
 import anyio.from_thread
 import anyio.to_thread
@@ -24,6 +24,8 @@ __all__ = [
     "not_applicable",
     "refuses_invalid_scopes",
 ]
+
+_R = TypeVar("_R")
 
 CountStored: TypeAlias = Callable[[MemoryStore, MemoryKey], Awaitable[int]]
 """The backdoor: how many rows a key holds in the backend, counted directly."""
@@ -185,3 +187,12 @@ class BlockingStore:
 
     def count_stored(self, key: MemoryKey) -> int:
         return self._portal.call(self._count_stored, self._store, key)
+
+    @property
+    def store(self) -> MemoryStore:
+        """The store itself, for a capability's calls through `run`."""
+        return self._store
+
+    def run(self, call: Callable[..., Awaitable[_R]], /, *args: object, **kwargs: object) -> _R:
+        """Await ``call(*args, **kwargs)`` on the store's loop and return its result."""
+        return self._portal.call(partial(call, *args, **kwargs))

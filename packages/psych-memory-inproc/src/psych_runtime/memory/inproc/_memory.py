@@ -20,6 +20,7 @@ from psych_runtime.memory.port import (
     memory_key,
     new_memory_id,
     validate_content,
+    validate_cutoff,
     validate_limit,
     validate_memory_id,
     validate_page,
@@ -71,8 +72,10 @@ class InProcessMemory(MemoryStore):
     Beyond the four methods it provides the port's operator capabilities
     `ListsEndUsers` (`tenants`, `end_users`: O(keys in the store)),
     `CountsFacts` (`fact_counts`: O(keys in the store)), `PagesFacts`
-    (`recall_page`) and `RestoresFacts` (`restore`: O(1); `restore_many`:
-    O(facts given)).
+    (`recall_page`), `RestoresFacts` (`restore`: O(1); `restore_many`:
+    O(facts given)) and `ExpiresFacts` (`expire`, `count_expired`: O(keys
+    in the store + facts of the tenant), the lock held for steps of at most
+    4,096 facts).
     Restoring needs to know which ids the whole store holds; that index is
     built on the first restore and kept from then on, so a store that never
     restores pays nothing for it.
@@ -248,6 +251,75 @@ class InProcessMemory(MemoryStore):
         plan = RestorePlan(validate_restored_many(memories), batch=True)
         with self._lock:
             return self._restore_locked(self._open_table("restore_many"), plan)
+
+    async def count_expired(self, scope: Scope, *, before: datetime) -> int:
+        """How many facts of the tenant were created before ``before``; see `ExpiresFacts`."""
+        tenant = validate_scope(scope)
+        cutoff = validate_cutoff(before)
+        return sum(
+            1
+            for facts in self._tenant_facts(tenant, "count_expired")
+            for memory in facts
+            if memory.created_at < cutoff
+        )
+
+    async def expire(self, scope: Scope, *, before: datetime) -> int:
+        """Delete every fact of the tenant created before ``before``; see `ExpiresFacts.expire`.
+
+        The tenant's keys and facts are read in snapshots, then the old
+        facts are deleted key by key, at most 4,096 under the lock at a
+        time, so other threads' calls go on in between. Each fact is judged
+        again under the lock when it is deleted: one restored meanwhile
+        under the same id is deleted only if it is old too. Tasks on the
+        caller's own event loop wait for the whole call (the adapter never
+        awaits while it deletes).
+        """
+        tenant = validate_scope(scope)
+        cutoff = validate_cutoff(before)
+        deleted = 0
+        with self._lock:
+            keys = [key for key in self._open_table("expire") if key.tenant == tenant]
+        for key in keys:
+            with self._lock:
+                facts = self._open_table("expire").get(key)
+                # A C-level copy: the lock is held for no Python step per fact.
+                held = [] if facts is None else list(facts.values())
+            old = [memory.id for memory in held if memory.created_at < cutoff]
+            for start in range(0, len(old), ERASED_AT_ONCE):
+                with self._lock:
+                    deleted += self._expire_locked(key, old[start : start + ERASED_AT_ONCE], cutoff)
+        return deleted
+
+    def _tenant_facts(self, tenant: str, operation: str) -> list[list[Memory]]:
+        # Snapshots of each key's facts, copied under the lock, read outside it.
+        with self._lock:
+            return [
+                list(facts.values())
+                for key, facts in self._open_table(operation).items()
+                if key.tenant == tenant
+            ]
+
+    def _expire_locked(self, key: MemoryKey, old: list[str], cutoff: datetime) -> int:
+        # Called with the lock held: deletes those of ``old`` the key still
+        # holds and that are still older than the cutoff.
+        table = self._open_table("expire")
+        facts = table.get(key)
+        if facts is None:
+            return 0
+        gone = [
+            memory_id
+            for memory_id in old
+            if (memory := facts.get(memory_id)) is not None and memory.created_at < cutoff
+        ]
+        for memory_id in gone:
+            facts.discard(memory_id)
+        ids = self._id_index
+        if ids is not None:
+            for memory_id in gone:
+                del ids[memory_id]
+        if not facts:
+            del table[key]
+        return len(gone)
 
     def _restore_locked(self, table: dict[MemoryKey, Facts], plan: RestorePlan) -> int:
         # Called with the lock held. Every id is judged before anything is

@@ -34,6 +34,7 @@ DELETED: Final = "psych_memory.records.deleted"
 STORED: Final = "psych_memory.records.stored"
 LIMIT: Final = "psych_memory.recall.limit"
 PAGE_SIZE: Final = "psych_memory.page.size"
+CUTOFF: Final = "psych_memory.expire.before"
 LISTED: Final = "psych_memory.listed.count"
 SCRUB_PENDING_EVENT: Final = "psych_memory.scrub.pending"
 SCRUB_DONE_EVENT: Final = "psych_memory.scrub.done"
@@ -78,6 +79,8 @@ OPERATIONS: Final = {
     "restore_many": "create_memory",
     # The conventions name no operation that rewrites a store's files.
     "scrub": "scrub_memory_store",
+    "expire": "delete_memory",
+    "count_expired": "search_memory",
 }
 """Each method of a store, and the ``gen_ai.operation.name`` of its span."""
 

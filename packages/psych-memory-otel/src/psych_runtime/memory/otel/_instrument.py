@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence, Sized
 from contextvars import Token
+from datetime import UTC, datetime
 from functools import partial
 from time import perf_counter
 from types import TracebackType
@@ -17,6 +18,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, TracerProvid
 
 from psych_runtime.memory.port import (
     CountsFacts,
+    ExpiresFacts,
     InvalidInputError,
     ListsEndUsers,
     Memory,
@@ -58,8 +60,8 @@ def instrument(
 
     The returned store gives the same results and raises the same errors as
     ``store``, and has the same optional capabilities: it is a
-    `ListsEndUsers`, `CountsFacts`, `PagesFacts` or `RestoresFacts` exactly
-    when ``store`` is, and has ``scrub`` and ``scrub_pending`` exactly when
+    `ListsEndUsers`, `CountsFacts`, `PagesFacts`, `RestoresFacts` or
+    `ExpiresFacts` exactly when ``store`` is, and has ``scrub`` and ``scrub_pending`` exactly when
     ``store`` has them. Entering, leaving and closing it enter, leave and
     close ``store``.
 
@@ -471,6 +473,36 @@ class _RestoresFacts(_Instrumented):
         )
 
 
+class _ExpiresFacts(_Instrumented):
+    __slots__ = ()
+
+    async def count_expired(self, scope: Scope, *, before: datetime) -> int:
+        def describe(span: Span, counted: int) -> None:
+            span.set_attribute(names.RECORD_COUNT, counted)
+
+        store = cast("ExpiresFacts", self._store)
+        return await self._observed(
+            "count_expired", scope, lambda: store.count_expired(scope, before=before), describe
+        )
+
+    async def expire(self, scope: Scope, *, before: datetime) -> int:
+        def describe(span: Span, deleted: int) -> None:
+            # The cutoff is an instant, not personal data; no record id, as
+            # for an erase: every record of the tenant older than it.
+            span.set_attribute(names.RECORD_COUNT, deleted)
+            span.set_attribute(names.DELETED, deleted)
+            # A store of a third party may have accepted a naive one.
+            if before.utcoffset() is not None:
+                span.set_attribute(names.CUTOFF, before.astimezone(UTC).isoformat())
+            if deleted:
+                self._scrub_state(span)
+
+        store = cast("ExpiresFacts", self._store)
+        return await self._observed(
+            "expire", scope, lambda: store.expire(scope, before=before), describe
+        )
+
+
 def _scrubbed(span: Span, done: bool) -> None:  # noqa: FBT001
     span.add_event(names.SCRUB_DONE_EVENT if done else names.SCRUB_PENDING_EVENT)
 
@@ -497,6 +529,7 @@ _CAPABILITIES: Final[tuple[tuple[type[_Instrumented], Any], ...]] = (
     (_CountsFacts, CountsFacts),
     (_PagesFacts, PagesFacts),
     (_RestoresFacts, RestoresFacts),
+    (_ExpiresFacts, ExpiresFacts),
 )
 
 _classes: dict[tuple[type[_Instrumented], ...], type[_Instrumented]] = {}

@@ -1,10 +1,11 @@
 """Capabilities beyond the four methods, which a store may provide.
 
-Operators need four things an agent never does: to list whose facts a
+Operators need five things an agent never does: to list whose facts a
 store holds (to answer "what do you hold about me"), to count them without
 reading them, to read one end user's facts a page at a time (an end user of
-any size, in bounded memory), and to write a fact exactly as it was (to move
-facts between stores). None belongs in `MemoryStore`, whose four methods are
+any size, in bounded memory), to write a fact exactly as it was (to move
+facts between stores), and to delete facts once they are older than the
+law or the operator allows (retention). None belongs in `MemoryStore`, whose four methods are
 all an agent may call; each is a small protocol instead. A store provides a capability
 by having its methods: tools check with ``isinstance(store, ListsEndUsers)``
 and report clearly when a store lacks one.
@@ -28,10 +29,12 @@ __all__ = [
     "MAX_RESTORED_ID_LENGTH",
     "MIN_CREATED_AT",
     "CountsFacts",
+    "ExpiresFacts",
     "ListsEndUsers",
     "PagesFacts",
     "RestoresFacts",
     "ScrubsDeletions",
+    "validate_cutoff",
     "validate_page",
     "validate_restored",
     "validate_restored_id",
@@ -366,3 +369,99 @@ def validate_restored_id(memory_id: object, argument: str = "memory.id") -> str:
             f"must be 1 to {MAX_RESTORED_ID_LENGTH} ASCII letters, digits, '-' or '_'",
         )
     return memory_id
+
+
+@runtime_checkable
+class ExpiresFacts(Protocol):
+    """A store that can delete a tenant's facts by age: retention that really deletes.
+
+    Storage limitation asks that personal data be kept no longer than it is
+    needed; an operator runs `expire` on a schedule with a cutoff of "now
+    minus the retention period". A fact is judged by its ``created_at``
+    alone, as the store holds it (a restored fact keeps the time it had),
+    never by when it was last read. The deletion is as real as
+    `MemoryStore.erase`'s: no soft delete, tombstone or retained copy, the
+    same durability, and for a `ScrubsDeletions` store the same wiping of
+    the deleted bytes (`ScrubsDeletions.scrub_pending` says when it is
+    still to come).
+    """
+
+    async def count_expired(self, scope: Scope, *, before: datetime) -> int:
+        """How many facts of the tenant, of any end user, were created before ``before``.
+
+        What `expire` would delete now; changes nothing.
+
+        Raises:
+            TypeError: ``scope`` or ``before`` has the wrong type.
+            InvalidKeyError: The tenant breaks a key rule.
+            InvalidInputError: ``before`` is naive or in the future (see
+                `validate_cutoff`).
+            MemoryStoreError: The store failed (see `MemoryStore`).
+        """
+        ...
+
+    async def expire(self, scope: Scope, *, before: datetime) -> int:
+        """Delete every fact of the tenant, of every end user, created before ``before``.
+
+        The comparison is strict and exact to the microsecond: a fact
+        created at ``before`` stays, one a microsecond earlier goes. Facts
+        of other tenants, and facts created at or after ``before``, are
+        untouched; so are `MemoryStore.remember`, `MemoryStore.forget` and
+        `MemoryStore.erase` calls made meanwhile, which keep working. A
+        store may delete in several steps, each committed on its own, so
+        that no step grows with the number of facts: other calls may see
+        the deletion part done. Two calls at once are harmless: each fact
+        is deleted once, and counted by the call that deleted it.
+
+        Returns:
+            How many facts this call deleted (a fact another call deleted
+            meanwhile is not counted).
+
+        Raises:
+            TypeError: ``scope`` or ``before`` has the wrong type.
+            InvalidKeyError: The tenant breaks a key rule.
+            InvalidInputError: ``before`` is naive or in the future (see
+                `validate_cutoff`). Nothing was deleted.
+            MemoryStoreError: The store failed (see `MemoryStore`). When
+                ``may_have_taken_effect`` is ``True`` some facts may be
+                deleted for good already: running `expire` again with the
+                same ``before`` deletes the rest.
+        """
+        ...
+
+
+def validate_cutoff(before: object, *, now: datetime | None = None) -> datetime:
+    """Check the cutoff of `ExpiresFacts` and return it in UTC.
+
+    A cutoff earlier than any fact can hold (`MIN_CREATED_AT`) is returned
+    as `MIN_CREATED_AT`: it selects the same facts, none.
+
+    Args:
+        before: The candidate cutoff.
+        now: The present, for the check that the cutoff is not later; the
+            clock's when ``None``.
+
+    Raises:
+        TypeError: ``before`` is not a `datetime`.
+        InvalidInputError: ``before`` is naive (a time without a time zone
+            names no instant), or later than ``now`` (a cutoff in the
+            future would delete facts younger than the retention period,
+            even ones not made yet).
+    """
+    if not isinstance(before, datetime):
+        raise TypeError(f"before must be a timezone-aware datetime, not {_type_name(before)}")
+    offset = before.utcoffset()
+    if offset is None:
+        raise InvalidInputError(
+            "before", "must be timezone-aware (a time without a zone names no instant)"
+        )
+    naive = before.replace(tzinfo=None)
+    if offset > _ZERO and naive - datetime.min < offset:
+        return MIN_CREATED_AT
+    present = datetime.now(UTC) if now is None else now
+    if offset < _ZERO and datetime.max - naive < -offset:
+        raise InvalidInputError("before", "must not be in the future")
+    cutoff = before.astimezone(UTC)
+    if cutoff > present:
+        raise InvalidInputError("before", "must not be in the future")
+    return cutoff

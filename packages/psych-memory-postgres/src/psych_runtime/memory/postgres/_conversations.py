@@ -9,6 +9,7 @@ work instead of repeating it.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from time import monotonic
 from typing import Any, Final
@@ -26,9 +27,11 @@ from ._schema import Statements
 
 __all__ = [
     "FEW_FACTS",
+    "Walk",
     "end_users",
     "erase",
     "erase_few",
+    "expiry_batch",
     "fact_counts",
     "forget",
     "recall",
@@ -194,6 +197,58 @@ def erase(sql: Statements, key: MemoryKey, statement_timeout: float | None) -> C
         total += deleted
         after = upper
         size = _next_batch(size, monotonic() - started, target)
+
+
+@dataclass(slots=True)
+class Walk:
+    """How far an expiry (or its count) has walked the tenant's rows, batch after batch.
+
+    Each batch is a call of its own (`expiry_batch`), so that no transaction
+    holds the tenant's rows for long; the walk carries the last row looked
+    at and the size of the next batch from one call to the next.
+    """
+
+    target: float
+    """Seconds a batch should take."""
+    size: int = _FIRST_BATCH
+    """Rows the next batch looks at, whatever their age."""
+    after: tuple[str, int] = ("", _BEFORE_ANY_SEQ)
+    """The key and seq of the last row looked at; before every row at first."""
+
+    @classmethod
+    def for_timeout(cls, statement_timeout: float | None) -> Walk:
+        """A walk whose batches stay far below ``statement_timeout``, as an erase's do."""
+        target = _BATCH_SECONDS
+        if statement_timeout is not None:
+            target = min(target, statement_timeout / _BATCH_SHARE_OF_TIMEOUT)
+        return cls(target)
+
+
+def expiry_batch(
+    sql: Statements, tenant: str, cutoff: datetime, walk: Walk, *, delete: bool
+) -> Conversation[tuple[int, bool]]:
+    """Delete (or count) the tenant's facts created before ``cutoff`` in the walk's next batch.
+
+    The walk moves on only once the batch is done, so a replay of the
+    call starts the same batch again.
+
+    Returns:
+        How many facts the batch deleted (or counted), and whether it was
+        the last.
+    """
+    started = monotonic()
+    after = walk.after
+    rows, _ = yield (sql.expire_bound, (tenant, *after, walk.size - 1))
+    if not rows:
+        statement = sql.expire_rest if delete else sql.count_expired_rest
+        rows, deleted = yield (statement, (tenant, *after, cutoff))
+        return (deleted if delete else int(rows[0][0])), True
+    bound = (str(rows[0][0]), int(rows[0][1]))
+    statement = sql.expire_batch if delete else sql.count_expired_batch
+    rows, deleted = yield (statement, (tenant, *after, *bound, cutoff))
+    walk.after = bound
+    walk.size = _next_batch(walk.size, monotonic() - started, walk.target)
+    return (deleted if delete else int(rows[0][0])), False
 
 
 def _next_batch(size: int, took: float, target: float) -> int:

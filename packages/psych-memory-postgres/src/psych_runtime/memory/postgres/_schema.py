@@ -167,6 +167,11 @@ class Statements:
     erase_bound: bytes
     erase_batch: bytes
     erase_rest: bytes
+    expire_bound: bytes
+    expire_batch: bytes
+    expire_rest: bytes
+    count_expired_batch: bytes
+    count_expired_rest: bytes
     tenants: bytes
     end_users: bytes
     fact_counts: bytes
@@ -270,6 +275,35 @@ class Statements:
             ),
             erase_rest=render(
                 "DELETE FROM {memories} WHERE tenant = %s AND end_user_id = %s AND seq > %s{synced}"
+            ),
+            # Expiry walks the tenant's part of the primary key in key order,
+            # from just after the last row the batch before looked at:
+            # ``expire_bound`` finds the last row of the next batch of n rows
+            # (OFFSET n - 1), none when fewer are left; the others delete, or
+            # count, the old facts up to it or to the end. Each batch is its
+            # own transaction; a row comparison on the key's columns is a
+            # range of the index.
+            expire_bound=render(
+                "SELECT end_user_id, seq FROM {memories} WHERE tenant = %s"
+                " AND (end_user_id, seq) > (%s, %s) ORDER BY end_user_id, seq"
+                " OFFSET %s::bigint LIMIT 1"
+            ),
+            expire_batch=render(
+                "DELETE FROM {memories} WHERE tenant = %s AND (end_user_id, seq) > (%s, %s)"
+                " AND (end_user_id, seq) <= (%s, %s) AND created_at < %s{synced}"
+            ),
+            expire_rest=render(
+                "DELETE FROM {memories} WHERE tenant = %s AND (end_user_id, seq) > (%s, %s)"
+                " AND created_at < %s{synced}"
+            ),
+            count_expired_batch=render(
+                "SELECT count(*) FROM {memories} WHERE tenant = %s"
+                " AND (end_user_id, seq) > (%s, %s) AND (end_user_id, seq) <= (%s, %s)"
+                " AND created_at < %s"
+            ),
+            count_expired_rest=render(
+                "SELECT count(*) FROM {memories} WHERE tenant = %s"
+                " AND (end_user_id, seq) > (%s, %s) AND created_at < %s"
             ),
             # The "C" collation sorts UTF-8 bytes, which is code point order.
             tenants=render("SELECT DISTINCT tenant FROM {memories} ORDER BY tenant"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import AsyncIterator, Coroutine, Iterable
 from contextlib import asynccontextmanager
+from datetime import datetime
 from functools import partial
 from typing import Any, Final, Self, TypeVar
 
@@ -26,6 +27,7 @@ from psych_runtime.memory.port import (
     memory_key,
     new_memory_id,
     validate_content,
+    validate_cutoff,
     validate_limit,
     validate_memory_id,
     validate_page,
@@ -101,7 +103,7 @@ class PostgresMemory(MemoryStore):
     changes the schema or its tables.
 
     Beyond the port it provides ``ListsEndUsers``, ``CountsFacts``,
-    ``RestoresFacts`` and ``PagesFacts``.
+    ``RestoresFacts``, ``PagesFacts`` and ``ExpiresFacts``.
 
     Failures are the port's: `StoreUnavailableError` (with a truthful
     ``may_have_taken_effect``), `SchemaVersionError`, ``StoreClosedError``,
@@ -506,6 +508,63 @@ class PostgresMemory(MemoryStore):
             replayable=False,
             transaction=True,
         )
+
+    async def count_expired(self, scope: Scope, *, before: datetime) -> int:
+        """How many facts of the tenant were created before ``before``; see `ExpiresFacts`.
+
+        Counted in short reads of the tenant's rows, batch by batch as
+        `expire` walks them, so no statement meets ``statement_timeout``
+        however many facts the tenant holds; the total is therefore not one
+        snapshot. Each read is replayed on a fresh connection if the
+        connection breaks.
+        """
+        return await self._walk("count_expired", scope, before, delete=False)
+
+    async def expire(self, scope: Scope, *, before: datetime) -> int:
+        """Delete the tenant's facts created before ``before``; see `ExpiresFacts.expire`.
+
+        The tenant's rows are walked in key order in batches sized as an
+        erase's (each far below ``statement_timeout``), and each batch is a
+        call of its own: two short statements, the ``DELETE`` committed on
+        its own with ``synchronous_commit = remote_apply`` like every
+        deletion (see `deletion_durability`). No transaction, row lock or
+        statement grows with the number of facts, and other connections'
+        calls go on between batches; a ``forget`` of a fact the current
+        batch is deleting waits for its row lock, at most ``lock_timeout``.
+
+        A batch is never replayed after its ``DELETE`` was sent: when the
+        connection breaks then, or any batch fails after earlier ones
+        committed, `StoreUnavailableError` says ``may_have_taken_effect``,
+        and running `expire` again deletes the rest.
+        """
+        return await self._walk("expire", scope, before, delete=True)
+
+    async def _walk(self, operation: str, scope: Scope, before: datetime, *, delete: bool) -> int:
+        tenant = validate_scope(scope)
+        cutoff = validate_cutoff(before)
+        walk = conversations.Walk.for_timeout(self._statement_timeout)
+        batch = partial(conversations.expiry_batch, self._sql, tenant, cutoff, walk, delete=delete)
+        total = 0
+        while True:
+            try:
+                found, last = await self._run(
+                    operation,
+                    batch,
+                    replayable=not delete,
+                    changes=delete,
+                )
+            except StoreUnavailableError as exc:
+                if delete and total and not exc.may_have_taken_effect:
+                    raise StoreUnavailableError(
+                        operation,
+                        f"{exc.reason}, after {total} facts were deleted for good: expire again "
+                        "to delete the rest",
+                        may_have_taken_effect=True,
+                    ) from exc
+                raise
+            total += found
+            if last:
+                return total
 
     async def deletion_durability(self) -> DeletionDurability:
         """Where an acknowledged ``forget`` or ``erase`` is durable, read from the server now.

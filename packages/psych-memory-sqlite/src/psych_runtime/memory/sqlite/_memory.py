@@ -28,6 +28,7 @@ from psych_runtime.memory.port import (
     memory_key,
     new_memory_id,
     validate_content,
+    validate_cutoff,
     validate_limit,
     validate_memory_id,
     validate_page,
@@ -89,6 +90,25 @@ _DELETE_BATCH: Final = (
     "SELECT seq FROM psych_memory_fact WHERE tenant = ? AND end_user_id = ? AND seq <= ? "
     "ORDER BY seq LIMIT ?)"
 )
+# Expiry walks the tenant's part of the primary key in key order, from just
+# after the last row the batch before looked at: each batch reads at most
+# its rows of the index, however many rows there are and however few of
+# them are old. ``_EXPIRE_BOUND`` finds the last row of the next batch
+# (none when fewer are left); the other two delete the old facts up to it,
+# or to the end.
+_EXPIRE_BOUND: Final = (
+    "SELECT end_user_id, seq FROM psych_memory_fact WHERE tenant = ? "
+    "AND (end_user_id, seq) > (?, ?) ORDER BY end_user_id, seq LIMIT 1 OFFSET ?"
+)
+_EXPIRE_RANGE: Final = (
+    "DELETE FROM psych_memory_fact WHERE tenant = ? AND (end_user_id, seq) > (?, ?) "
+    "AND (end_user_id, seq) <= (?, ?) AND created_at < ?"
+)
+_EXPIRE_REST: Final = (
+    "DELETE FROM psych_memory_fact WHERE tenant = ? AND (end_user_id, seq) > (?, ?) "
+    "AND created_at < ?"
+)
+_COUNT_EXPIRED: Final = "SELECT count(*) FROM psych_memory_fact WHERE tenant = ? AND created_at < ?"
 _TENANTS: Final = "SELECT DISTINCT tenant FROM psych_memory_fact ORDER BY tenant"
 _END_USERS: Final = (
     "SELECT DISTINCT end_user_id FROM psych_memory_fact WHERE tenant = ? ORDER BY end_user_id"
@@ -167,8 +187,12 @@ class SqliteMemory(MemoryStore):
     of its own, and lets other connections and this store's other calls in
     between them (see `erase`); every other call is one transaction.
 
+    `expire` deletes in batches the same way, so retention of a tenant of
+    any size never holds the file for long.
+
     The store also provides the port's `ListsEndUsers`, `CountsFacts`,
-    `PagesFacts`, `RestoresFacts` and `ScrubsDeletions` capabilities.
+    `PagesFacts`, `RestoresFacts`, `ScrubsDeletions` and `ExpiresFacts`
+    capabilities.
 
     Args:
         path: The database file. It is created at open if missing; its
@@ -486,6 +510,58 @@ class SqliteMemory(MemoryStore):
         key = memory_key(scope, end_user_id)
         return await anyio.to_thread.run_sync(self._erase_alone, key)
 
+    async def count_expired(self, scope: Scope, *, before: datetime) -> int:
+        """How many facts of the tenant were created before ``before``; see `ExpiresFacts`.
+
+        One read of the tenant's rows, which other connections' writes do
+        not wait for.
+
+        Raises:
+            SqliteMemoryError: The file failed, as for every call (see `SqliteMemory`).
+        """
+        tenant = validate_scope(scope)
+        micros = _micros(validate_cutoff(before))
+
+        def select(conn: sqlite3.Connection) -> int:
+            return int(conn.execute(_COUNT_EXPIRED, (tenant, micros)).fetchone()[0])
+
+        return await self._run(
+            "count_expired", lambda conn: self._read(conn, "count_expired", select)
+        )
+
+    async def expire(self, scope: Scope, *, before: datetime) -> int:
+        """Delete the tenant's facts created before ``before``; see `ExpiresFacts.expire`.
+
+        The deletion is `erase`'s, batch for batch: the tenant's rows are
+        walked in key order, each batch its own short write transaction
+        (about a tenth of the busy timeout) committed with ``synchronous =
+        FULL`` whatever the store's durability, the deleted rows zeroed, with
+        pauses between batches in which other connections and this store's
+        other calls take their turn. A batch looks at a bounded number of
+        rows whatever their age, so the whole call costs one pass over the
+        tenant's rows and no batch grows with them. Deleted bytes leave the
+        files by the rules of `erase`: the log is emptied as soon as other
+        connections allow, and `scrub` (or closing) rewrites the file
+        (see `scrub_pending`). Closing the store waits for the call to
+        finish; cancelling the caller does not stop it.
+
+        A fact restored meanwhile with an old ``created_at`` into a part of
+        the tenant the call has passed is left for the next run.
+
+        Raises:
+            DatabaseFileMovedError: The file was deleted or replaced since
+                opening; nothing was deleted unless ``may_have_taken_effect``.
+            StoreUnavailableError: The file stayed locked past the busy
+                timeout, or SQLite failed. When batches had committed before
+                the failure, ``may_have_taken_effect`` is ``True`` and those
+                facts stay deleted: expire again to delete the rest.
+            DatabaseFileError: The file turned out to be corrupt before
+                anything was deleted; nothing was.
+        """
+        tenant = validate_scope(scope)
+        micros = _micros(validate_cutoff(before))
+        return await anyio.to_thread.run_sync(self._expire, tenant, micros)
+
     async def scrub(self) -> bool:
         """Rewrite the file and empty the write-ahead log, so no byte of a deleted fact remains.
 
@@ -609,24 +685,56 @@ class SqliteMemory(MemoryStore):
             return self._erase(key)
 
     def _erase(self, key: MemoryKey) -> int:
-        # Runs in a worker thread, batch after batch, taking the store's lock
-        # for each batch only.
+        # Runs in a worker thread: the key's facts, oldest first.
         tenant, end_user = key.tenant, key.end_user_id
-        target = min(max(self._busy_timeout * _BATCH_SHARE, _SHORTEST_BATCH), _LONGEST_BATCH)
-        rows = _FIRST_BATCH_ROWS
         # The key's last position when the erase began, read in the first
         # batch: later facts take higher ones, so the erase has an end.
         last: int | None = None
-        deleted = 0
 
-        def delete(conn: sqlite3.Connection) -> int:
+        def delete(conn: sqlite3.Connection, rows: int) -> tuple[int, bool]:
             nonlocal last
             if last is None:
                 (last,) = conn.execute(_LAST_SEQ, (tenant, end_user)).fetchone()
                 if last is None:
-                    return 0
+                    return 0, True
             batch = (tenant, end_user, tenant, end_user, last, rows)
-            return conn.execute(_DELETE_BATCH, batch).rowcount
+            deleted = conn.execute(_DELETE_BATCH, batch).rowcount
+            return deleted, deleted < rows
+
+        return self._in_batches("erase", delete)
+
+    def _expire(self, tenant: str, micros: int) -> int:
+        # Runs in a worker thread: the tenant's rows in key order, ``rows``
+        # of them looked at per batch whatever their age, from just after
+        # the last row the batch before looked at.
+        after: tuple[str, int] = ("", 0)  # Before every key: end-user ids are never empty.
+
+        def delete(conn: sqlite3.Connection, rows: int) -> tuple[int, bool]:
+            nonlocal after
+            bound = conn.execute(_EXPIRE_BOUND, (tenant, *after, rows - 1)).fetchone()
+            if bound is None:
+                return conn.execute(_EXPIRE_REST, (tenant, *after, micros)).rowcount, True
+            deleted = conn.execute(_EXPIRE_RANGE, (tenant, *after, *bound, micros)).rowcount
+            after = (bound[0], bound[1])
+            return deleted, False
+
+        return self._in_batches("expire", delete)
+
+    def _in_batches(
+        self, operation: str, step: Callable[[sqlite3.Connection, int], tuple[int, bool]]
+    ) -> int:
+        # Runs in a worker thread, batch after batch, taking the store's lock
+        # for each batch only. ``step`` deletes one batch of about ``rows``
+        # rows and says whether it was the last.
+        target = min(max(self._busy_timeout * _BATCH_SHARE, _SHORTEST_BATCH), _LONGEST_BATCH)
+        rows = _FIRST_BATCH_ROWS
+        deleted = 0
+        finished = False
+
+        def batch_of(conn: sqlite3.Connection) -> int:
+            nonlocal finished
+            count, finished = step(conn, rows)
+            return count
 
         conn: sqlite3.Connection | None = None
         try:
@@ -635,21 +743,21 @@ class SqliteMemory(MemoryStore):
                     if conn is None:
                         conn = self._conn
                         if conn is None:
-                            raise StoreClosedError("erase", _closed_state(self._state))
-                        # From here on closing waits for this erase to end.
+                            raise StoreClosedError(operation, _closed_state(self._state))
+                        # From here on closing waits for this deletion to end.
                         self._erasing += 1
                     started = time.monotonic()
                     try:
                         # Emptying the log waits for the last batch: it would
                         # hold the write lock while it copies every batch's
                         # pages, and SQLite copies them anyway as the log grows.
-                        batch = self._delete(conn, "erase", delete, empty_log=False)
+                        batch = self._delete(conn, operation, batch_of, empty_log=False)
                     except SqliteMemoryError as exc:
                         if deleted:
-                            raise _partly_erased(exc, deleted) from exc.__cause__
+                            raise _partly_deleted(exc, operation, deleted) from exc.__cause__
                         raise
                     took = time.monotonic() - started
-                    if batch < rows:
+                    if finished:
                         self._retry_scrub(conn)
                         return deleted + batch
                 deleted += batch
@@ -853,6 +961,11 @@ def _encodable(text: str) -> bool:
     return True
 
 
+def _micros(moment: datetime) -> int:
+    """``moment`` (in UTC) as the file stores times: microseconds since 1970."""
+    return (moment - _EPOCH) // _MICROSECOND
+
+
 def _next_batch_rows(rows: int, took: float, target: float) -> int:
     """The rows of the next batch of an erase, from the time the last one took."""
     # At most twice as many, at least a quarter: one slow commit (a busy
@@ -861,16 +974,19 @@ def _next_batch_rows(rows: int, took: float, target: float) -> int:
     return min(max(int(rows * factor), _FEWEST_BATCH_ROWS), _MOST_BATCH_ROWS)
 
 
-def _partly_erased(error: SqliteMemoryError, deleted: int) -> StoreUnavailableError:
-    """The error of an erase that failed after ``deleted`` facts were committed deleted."""
+def _partly_deleted(
+    error: SqliteMemoryError, operation: str, deleted: int
+) -> StoreUnavailableError:
+    """The error of a deletion in batches that failed after ``deleted`` facts were deleted."""
     # A file found corrupt part-way is no longer a DatabaseFileError, whose
     # promise is that nothing was deleted.
     unavailable = error if isinstance(error, StoreUnavailableError) else None
     kind = StoreUnavailableError if unavailable is None else type(unavailable)
     reason = "the file is corrupt" if unavailable is None else unavailable.reason
     return kind(
-        "erase",
-        f"{reason}, after {deleted} facts were deleted for good: erase again to delete the rest",
+        operation,
+        f"{reason}, after {deleted} facts were deleted for good: {operation} again to delete "
+        "the rest",
         may_have_taken_effect=True,
     )
 
@@ -907,7 +1023,7 @@ def _restore_transaction(plan: RestorePlan) -> Callable[[sqlite3.Connection], in
 def _insert_parameters(memory: Memory) -> tuple[str, str, str, str, int, str, str]:
     """The parameters of `_INSERT` that store ``memory`` after its key's facts."""
     tenant, end_user = memory.key.tenant, memory.key.end_user_id
-    micros = (memory.created_at - _EPOCH) // _MICROSECOND
+    micros = _micros(memory.created_at)
     return (tenant, end_user, memory.id, memory.content, micros, tenant, end_user)
 
 
