@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -13,18 +12,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from psych_runtime.memory.admin import ExitCode, main, open_memory, store_schemes
+from psych_runtime.memory.admin import ExitCode, main, open_memory
 from psych_runtime.memory.port import Memory, MemoryKey
 
 DAY = timedelta(days=1)
 
 
 @pytest.fixture(autouse=True)
-def _here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    if "sqlite" not in store_schemes():
-        if os.environ.get("CI") == "true":
-            pytest.fail("no installed backend registers the scheme 'sqlite'")
-        pytest.skip("no installed backend registers the scheme 'sqlite'")
+def _here(
+    require_schemes: Callable[..., None], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    require_schemes("sqlite")
     monkeypatch.chdir(tmp_path)
 
 
@@ -241,12 +239,14 @@ def test_every_age_in_days_or_hours_is_taken_back_from_now(
 
 
 def test_expire_on_postgres_says_where_the_deletion_is_durable(
-    postgres_url: str, pg_schema: str, capsys: pytest.CaptureFixture[str]
+    require_schemes: Callable[..., None],
+    postgres_dsn: str,
+    postgres_schema: str,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    if "postgresql" not in store_schemes():
-        pytest.skip("no installed backend registers the scheme 'postgresql'")
-    separator = "&" if "?" in postgres_url else "?"
-    url = f"{postgres_url}{separator}schema={pg_schema}"
+    require_schemes("postgresql")
+    separator = "&" if "?" in postgres_dsn else "?"
+    url = f"{postgres_dsn}{separator}schema={postgres_schema}"
     aged(url)
     assert main(["expire", url, "--all-tenants", "--older-than", "400d"]) == ExitCode.DONE
     text = capsys.readouterr().out.splitlines()

@@ -940,13 +940,13 @@ def test_a_reading_or_deleting_command_on_a_mistyped_schema_creates_nothing(
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
-def expiry_url(request: pytest.FixtureRequest) -> str:
+def expiry_url(request: pytest.FixtureRequest, require_schemes: Callable[..., None]) -> str:
     """A store URL for the expiry runs: a SQLite file here, or a PostgreSQL schema."""
     if request.param == "sqlite":
         return "sqlite:///facts.db"
     require_schemes("postgresql")
-    postgres_url: str = request.getfixturevalue("postgres_url")
-    return pg_url(postgres_url, request.getfixturevalue("pg_schema"))
+    postgres_dsn: str = request.getfixturevalue("postgres_dsn")
+    return pg_url(postgres_dsn, request.getfixturevalue("postgres_schema"))
 
 
 def test_two_expiries_at_once_delete_each_fact_once(tmp_path: Path, expiry_url: str) -> None:

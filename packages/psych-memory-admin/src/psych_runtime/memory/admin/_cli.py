@@ -553,7 +553,7 @@ def expire(  # noqa: PLR0913, PLR0917 - one parameter per option, as click passe
     cutoff = _cutoff(older_than, before, datetime.now(UTC))
 
     async def body() -> int:
-        async with opened(url, "URL", must_exist=True) as store:
+        async with open_for_command(url, "URL", must_exist=True) as store:
             try:
                 receipt = await expire_tenants(
                     store, names, cutoff, redact_url(url), dry_run=dry_run
