@@ -29,6 +29,12 @@ import click
 
 from psych_runtime.memory.port import InvalidInputError, MemoryKey
 
+from ._cli_ledger import (
+    LEDGER_KEY_VARIABLE,
+    LEDGER_VARIABLE,
+    checked_since,
+    reapply_from_ledger,
+)
 from ._cli_stores import checked_key, checked_tenant, refusals_naming
 from ._commands import one_line, open_for_command
 from ._errors import (
@@ -639,3 +645,53 @@ def _copy_out(stream: IO[str], head: str, body: IO[str], tail: str, argument: st
 def _reason(error: OSError) -> str:
     # The system's words for it, never the path (it may name a person).
     return error.strerror or type(error).__name__
+
+
+@cli.group("ledger")
+def ledger_group() -> None:
+    """The deletion ledger: deletions recorded outside the store, made again after a restore."""
+
+
+@ledger_group.command("reapply", epilog=_URL_HELP)
+@_url
+@click.option(
+    "--ledger",
+    "ledger_url",
+    envvar=LEDGER_VARIABLE,
+    required=True,
+    metavar="LEDGER_URL",
+    help=f"The deletion ledger (sqlite:///path); default: ${LEDGER_VARIABLE}.",
+)
+@click.option(
+    "--ledger-key-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help=f"A file holding the ledger's key; default: ${LEDGER_KEY_VARIABLE}.",
+)
+@click.option(
+    "--since",
+    metavar="INSTANT",
+    help=(
+        "When the restored copy was taken, ISO 8601 with its offset (2026-01-31T12:00:00Z):"
+        " only deletions recorded from then on are made again. Without it, every one is."
+    ),
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the receipt as JSON.")
+def ledger_reapply(
+    url: str,
+    ledger_url: str,
+    ledger_key_file: Path | None,
+    since: str | None,
+    as_json: bool,  # noqa: FBT001
+) -> int:
+    """Make again, on a restored store, every deletion the ledger records, and print a receipt.
+
+    Run it on the restored store with traffic kept off, then serve. The
+    store must list its end users: the ledger holds only keyed hashes. It is
+    idempotent: a second run deletes nothing.
+    """
+    instant = checked_since(since)
+    return _run(
+        partial(
+            reapply_from_ledger, url, ledger_url, ledger_key_file, instant, as_json=as_json
+        )
+    )
