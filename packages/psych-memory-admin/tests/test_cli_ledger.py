@@ -109,7 +109,8 @@ def test_a_wrong_or_missing_key_is_refused(
 @pytest.mark.parametrize(
     ("extra", "named"),
     [
-        (["--ledger", "postgresql://x/y"], "--ledger: must be a sqlite:/// URL"),
+        (["--ledger", "mysql://x/y"], "--ledger: must be a sqlite:/// or postgresql:// URL"),
+        (["--ledger", "postgresql://x/y"], "--ledger: must name its schema once"),
         (["--ledger", "sqlite:///ledger.sqlite3", "--since", "yesterday"], "--since: must be"),
         (["--ledger", "sqlite:///ledger.sqlite3", "--since", "2026-01-01T00:00"], "--since:"),
         ([], "Missing option '--ledger'"),

@@ -19,11 +19,16 @@ from psych_runtime.memory.ledger import (
 from psych_runtime.memory.port import InvalidInputError
 
 
+def _file(ledger: DeletionLedger) -> Path:
+    assert ledger.path is not None
+    return ledger.path
+
+
 def test_a_new_ledger_is_created_and_reopened_with_its_key(tmp_path: Path, key: LedgerKey) -> None:
     url = f"sqlite:///{tmp_path / 'new.sqlite3'}"
     with open_ledger(url, key) as ledger:
         assert ledger.entries() == ()
-        assert ledger.path == tmp_path / "new.sqlite3"
+        assert _file(ledger) == tmp_path / "new.sqlite3"
         assert repr(ledger) == f"DeletionLedger({str(tmp_path / 'new.sqlite3')!r})"
     with open_ledger(url, key) as again:
         assert again.key is key
@@ -38,7 +43,7 @@ def test_another_key_is_refused(ledger_url: str, key: LedgerKey) -> None:
 @pytest.mark.parametrize(
     "url",
     [
-        "postgresql://localhost/db",
+        "mysql://localhost/db",
         "sqlite://host/path",
         "sqlite:///",
         "sqlite:///path?mode=ro",
@@ -72,7 +77,7 @@ def test_a_file_that_is_not_a_ledger_is_refused(tmp_path: Path, key: LedgerKey) 
 
 def test_a_ledger_of_another_format_is_refused(ledger_url: str, key: LedgerKey) -> None:
     with open_ledger(ledger_url, key) as ledger:
-        path = ledger.path
+        path = _file(ledger)
     with closing(sqlite3.connect(path)) as raw, raw:
         raw.execute("UPDATE psych_ledger_meta SET value = '2' WHERE name = 'format'")
     with pytest.raises(LedgerError, match="format is not 1"):

@@ -41,9 +41,10 @@ def test_all_is_exactly_the_public_api() -> None:
         assert hasattr(ledger, name), name
 
 
-def test_depends_on_the_port_and_anyio_only() -> None:
-    required = importlib.metadata.requires("psych-memory-ledger") or []
-    assert sorted(Requirement(line).name for line in required) == [
-        "anyio",
-        "psych-memory-port",
+def test_depends_on_the_port_and_anyio_and_psycopg_for_postgresql_only() -> None:
+    lines = importlib.metadata.requires("psych-memory-ledger") or []
+    required = [Requirement(line) for line in lines]
+    assert sorted(r.name for r in required if r.marker is None) == ["anyio", "psych-memory-port"]
+    assert [(r.name, str(r.marker)) for r in required if r.marker is not None] == [
+        ("psycopg", 'extra == "postgres"')
     ]

@@ -138,7 +138,7 @@ async def test_each_deletion_is_recorded_without_content_or_end_user_id(
     )
     assert (nothing.end_user_hash, nothing.deleted) == (key.end_user_hash("acme", "nobody"), 0)
     ledger.close()
-    raw = b"".join(path.read_bytes() for path in ledger.path.parent.glob("ledger.sqlite3*"))
+    raw = b"".join(path.read_bytes() for path in _file(ledger).parent.glob("ledger.sqlite3*"))
     for personal in (b"alice", b"secret content", kept.id.encode(), b"k" * 32):
         assert personal not in raw
 
@@ -163,7 +163,7 @@ async def test_a_ledger_that_cannot_be_written_refuses_the_deletion(
     async with with_ledger(InProcessMemory(), ledger) as store:
         fact = await store.remember("acme", "user-1", "x")
         # Another writer holds the ledger: the intent cannot be recorded.
-        with closing(sqlite3.connect(ledger.path, isolation_level=None)) as other:
+        with closing(sqlite3.connect(_file(ledger), isolation_level=None)) as other:
             other.execute("BEGIN EXCLUSIVE")
             with pytest.raises(LedgerUnavailableError) as erasing:
                 await store.erase("acme", "user-1")
@@ -197,7 +197,7 @@ async def test_a_count_that_cannot_be_written_keeps_the_intent_and_the_answer(
     ledger_url: str, key: LedgerKey
 ) -> None:
     with open_ledger(ledger_url, key, busy_timeout=0) as ledger:
-        bare = _LocksTheLedgerAfterDeleting(ledger.path)
+        bare = _LocksTheLedgerAfterDeleting(_file(ledger))
         async with with_ledger(bare, ledger) as store:
             await store.remember("acme", "user-1", "x")
             assert await store.erase("acme", "user-1") == 1
@@ -226,6 +226,11 @@ async def test_a_failed_delete_keeps_its_intent_unless_it_changed_nothing(
             await store.erase("acme", "user-1")
     assert info.value is error
     assert len(ledger.entries()) == kept
+
+
+def _file(ledger: DeletionLedger) -> Path:
+    assert ledger.path is not None
+    return ledger.path
 
 
 def test_wrong_arguments_and_the_stores_own_file_are_refused(

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Final, Literal, Self
-from urllib.parse import unquote, urlsplit
+from typing import Any, Final, Literal, Self
+from urllib.parse import parse_qs, unquote, urlencode, urlsplit, urlunsplit
 
 from psych_runtime.memory.port import InvalidInputError
 
@@ -70,12 +70,21 @@ class LedgerEntry:
     deleted: int | None
 
 
-def _path_of(url: str) -> Path:
+def _location(url: str) -> Path | tuple[str, str]:
+    """The SQLite file, or the PostgreSQL connection string and schema, a URL names."""
     if not isinstance(url, str):
         raise TypeError(f"url must be a str, not {type(url).__qualname__}")
     parts = urlsplit(url)
-    if parts.scheme.lower() != "sqlite":
-        raise InvalidInputError("ledger", "must be a sqlite:/// URL")
+    scheme = parts.scheme.lower()
+    if scheme in {"postgresql", "postgres"}:
+        query = parse_qs(parts.query, keep_blank_values=True)
+        schemas = query.pop("schema", [])
+        if len(schemas) != 1 or not schemas[0]:
+            raise InvalidInputError("ledger", "must name its schema once: ?schema=NAME")
+        rest = urlencode({name: values[-1] for name, values in query.items()})
+        return urlunsplit((parts.scheme, parts.netloc, parts.path, rest, "")), schemas[0]
+    if scheme != "sqlite":
+        raise InvalidInputError("ledger", "must be a sqlite:/// or postgresql:// URL")
     if parts.netloc or parts.query or parts.fragment or not parts.path.startswith("/"):
         raise InvalidInputError(
             "ledger", "must be sqlite:///relative/path or sqlite:////absolute/path"
@@ -90,66 +99,262 @@ def open_ledger(url: str, key: LedgerKey, *, busy_timeout: float = 5.0) -> Delet
     """Open the ledger at ``url``, creating it (and recording ``key``'s check value) if new.
 
     Args:
-        url: ``sqlite:///relative/path`` or ``sqlite:////absolute/path``.
+        url: ``sqlite:///relative/path``, ``sqlite:////absolute/path``, or
+            ``postgresql://...?schema=NAME`` (a schema of its own, created
+            if missing).
         key: The operator's secret; a ledger keeps a check value of the key
             it was created with and refuses any other.
-        busy_timeout: Seconds a write waits for another writer of the same
-            file before it fails.
+        busy_timeout: Seconds a write waits for another writer (SQLite) or
+            for the connection (PostgreSQL) before it fails.
 
     Raises:
         TypeError: An argument has the wrong type.
-        InvalidInputError: ``url`` is not a SQLite URL naming a file, or
-            ``busy_timeout`` is negative.
+        InvalidInputError: ``url`` is not a SQLite URL naming a file or a
+            PostgreSQL URL naming a schema, or ``busy_timeout`` is negative.
         LedgerKeyMismatchError: The ledger was created with another key.
-        LedgerError: The file cannot be opened or is not a ledger.
+        LedgerError: The ledger cannot be opened or is not a ledger.
     """
-    path = _path_of(url)
+    location = _location(url)
     if not isinstance(key, LedgerKey):
         raise TypeError(f"key must be a LedgerKey, not {type(key).__qualname__}")
     if isinstance(busy_timeout, bool) or not isinstance(busy_timeout, int | float):
         raise TypeError(f"busy_timeout must be a number, not {type(busy_timeout).__qualname__}")
     if not busy_timeout >= 0:
         raise InvalidInputError("busy_timeout", "must be zero or more seconds")
+    conn: _Connection = (
+        _SqliteConnection.open(location, busy_timeout)
+        if isinstance(location, Path)
+        else _PostgresConnection.open(*location, busy_timeout)
+    )
     try:
-        conn = sqlite3.connect(
-            os.fspath(path), timeout=busy_timeout, isolation_level=None, check_same_thread=False
-        )
-    except sqlite3.Error as exc:
-        raise LedgerError(f"the ledger file cannot be opened ({type(exc).__name__})") from exc
-    try:
-        _prepare(conn, key)
+        found = conn.prepare(key)
     except BaseException:
         conn.close()
         raise
-    return DeletionLedger(conn, path, key)
-
-
-def _prepare(conn: sqlite3.Connection, key: LedgerKey) -> None:
-    try:
-        # Every commit reaches the disk before the call returns: an intent
-        # recorded is an intent kept, whatever happens to the process next.
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=FULL")
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            for statement in _SCHEMA:
-                conn.execute(statement)
-            found = dict(conn.execute("SELECT name, value FROM psych_ledger_meta").fetchall())
-            if not found:
-                conn.executemany(
-                    "INSERT INTO psych_ledger_meta (name, value) VALUES (?, ?)",
-                    [("format", str(FORMAT)), ("key_check", key.check_value())],
-                )
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-    except sqlite3.Error as exc:
-        raise LedgerError(f"the file is not a usable ledger ({type(exc).__name__})") from exc
     if found and found.get("format") != str(FORMAT):
+        conn.close()
         raise LedgerError(f"the ledger's format is not {FORMAT}")
     if found and found.get("key_check") != key.check_value():
+        conn.close()
         raise LedgerKeyMismatchError("the key is not the one this ledger was created with")
+    return DeletionLedger(conn, location, key)
+
+
+class _Connection:
+    """One connection to the ledger's database, used by one thread at a time."""
+
+    errors: tuple[type[Exception], ...]
+
+    def insert(self, parameters: tuple[object, ...]) -> int:
+        raise NotImplementedError
+
+    def run(self, statement: str, parameters: tuple[object, ...]) -> None:
+        raise NotImplementedError
+
+    def rows(self) -> list[tuple[Any, ...]]:
+        raise NotImplementedError
+
+    def prepare(self, key: LedgerKey) -> dict[str, str]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+_INSERT: Final = (
+    "INSERT INTO psych_ledger_deletion (kind, tenant, end_user_hash, fact_id, recorded_at)"
+    " VALUES (?, ?, ?, ?, ?)"
+)
+_ROWS: Final = (
+    "SELECT seq, kind, tenant, end_user_hash, fact_id, recorded_at, deleted"
+    " FROM psych_ledger_deletion ORDER BY seq"
+)
+
+
+class _SqliteConnection(_Connection):
+    errors = (sqlite3.Error,)
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    @classmethod
+    def open(cls, path: Path, busy_timeout: float) -> _SqliteConnection:
+        try:
+            conn = sqlite3.connect(
+                os.fspath(path),
+                timeout=busy_timeout,
+                isolation_level=None,
+                check_same_thread=False,
+            )
+        except sqlite3.Error as exc:
+            raise LedgerError(f"the ledger file cannot be opened ({type(exc).__name__})") from exc
+        return cls(conn)
+
+    def insert(self, parameters: tuple[object, ...]) -> int:
+        return self._conn.execute(_INSERT, parameters).lastrowid or 0
+
+    def run(self, statement: str, parameters: tuple[object, ...]) -> None:
+        self._conn.execute(statement, parameters)
+
+    def rows(self) -> list[tuple[Any, ...]]:
+        return self._conn.execute(_ROWS).fetchall()
+
+    def prepare(self, key: LedgerKey) -> dict[str, str]:
+        conn = self._conn
+        try:
+            # Every commit reaches the disk before the call returns: an intent
+            # recorded is an intent kept, whatever happens to the process next.
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=FULL")
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                for statement in _SCHEMA:
+                    conn.execute(statement)
+                found = _meta(conn.execute("SELECT name, value FROM psych_ledger_meta"))
+                if found is None:
+                    conn.executemany(
+                        "INSERT INTO psych_ledger_meta (name, value) VALUES (?, ?)",
+                        _first_meta(key),
+                    )
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            raise LedgerError(f"the file is not a usable ledger ({type(exc).__name__})") from exc
+        return found or {}
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+class _PostgresConnection(_Connection):
+    def __init__(self, conn: Any, schema: str, conninfo: str) -> None:
+        import psycopg  # noqa: PLC0415
+
+        self.errors = (psycopg.Error,)
+        self._conn = conn
+        self.schema = schema
+        self.conninfo = conninfo
+
+    @classmethod
+    def open(cls, conninfo: str, schema: str, busy_timeout: float) -> _PostgresConnection:
+        try:
+            import psycopg  # noqa: PLC0415
+        except ImportError:
+            raise LedgerError(
+                "a PostgreSQL ledger needs psycopg (pip install 'psych-memory-ledger[postgres]')"
+            ) from None
+        try:
+            conn = psycopg.connect(
+                conninfo, autocommit=True, connect_timeout=max(1, int(busy_timeout))
+            )
+        except psycopg.Error as exc:
+            raise LedgerError(
+                f"the ledger database cannot be reached ({type(exc).__name__})"
+            ) from exc
+        return cls(conn, schema, conninfo)
+
+    def _sql(self, statement: str) -> Any:
+        from psycopg import sql  # noqa: PLC0415
+
+        return sql.SQL(statement.replace("?", "%s")).format(schema=sql.Identifier(self.schema))
+
+    def insert(self, parameters: tuple[object, ...]) -> int:
+        statement = _INSERT.replace("psych_ledger_", "{schema}.psych_ledger_")
+        row = self._conn.execute(self._sql(f"{statement} RETURNING seq"), parameters).fetchone()
+        return int(row[0])
+
+    def run(self, statement: str, parameters: tuple[object, ...]) -> None:
+        self._conn.execute(
+            self._sql(statement.replace("psych_ledger_", "{schema}.psych_ledger_")), parameters
+        )
+
+    def rows(self) -> list[tuple[Any, ...]]:
+        statement = _ROWS.replace("psych_ledger_", "{schema}.psych_ledger_")
+        return list(self._conn.execute(self._sql(statement)).fetchall())
+
+    def prepare(self, key: LedgerKey) -> dict[str, str]:
+        import psycopg  # noqa: PLC0415
+
+        conn = self._conn
+        try:
+            # A commit returns once it is on the server's disk, whatever the
+            # server's default: the intent is never a write still in flight.
+            conn.execute("SET synchronous_commit = on")
+            with conn.transaction():
+                conn.execute(
+                    "SELECT pg_advisory_xact_lock(hashtext('psych_ledger:' || %s))",
+                    (self.schema,),
+                )
+                conn.execute(self._sql("CREATE SCHEMA IF NOT EXISTS {schema}"))
+                for statement in _POSTGRES_SCHEMA:
+                    conn.execute(self._sql(statement))
+                found = _meta(
+                    conn.execute(self._sql("SELECT name, value FROM {schema}.psych_ledger_meta"))
+                )
+                if found is None:
+                    for row in _first_meta(key):
+                        conn.execute(
+                            self._sql(
+                                "INSERT INTO {schema}.psych_ledger_meta (name, value) VALUES (?, ?)"
+                            ),
+                            row,
+                        )
+        except psycopg.Error as exc:
+            raise LedgerError(f"the schema is not a usable ledger ({type(exc).__name__})") from exc
+        return found or {}
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+_POSTGRES_SCHEMA: Final = (
+    """
+CREATE TABLE IF NOT EXISTS {schema}.psych_ledger_meta (
+    name TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+)""",
+    """
+CREATE TABLE IF NOT EXISTS {schema}.psych_ledger_deletion (
+    seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    kind TEXT NOT NULL,
+    tenant TEXT NOT NULL,
+    end_user_hash TEXT NOT NULL,
+    fact_id BYTEA,
+    recorded_at TEXT NOT NULL,
+    done_at TEXT,
+    deleted BIGINT
+)""",
+)
+
+
+def _meta(cursor: Any) -> dict[str, str] | None:
+    found = {str(name): str(value) for name, value in cursor.fetchall()}
+    return found or None
+
+
+def _first_meta(key: LedgerKey) -> list[tuple[str, str]]:
+    return [("format", str(FORMAT)), ("key_check", key.check_value())]
+
+
+_LOCAL_HOSTS: Final = frozenset({"", "localhost", "127.0.0.1", "::1"})
+
+
+def _database_of(conninfo: str) -> tuple[str, str, str] | None:
+    # Compared as the connection strings name them: host (every local name
+    # alike), port and database, with libpq's defaults.
+    from psycopg.conninfo import conninfo_to_dict  # noqa: PLC0415
+
+    try:
+        found = conninfo_to_dict(conninfo)
+    except Exception:  # noqa: BLE001 - a string libpq refuses names no database
+        return None
+    host = str(found.get("host") or os.environ.get("PGHOST", ""))
+    port = str(found.get("port") or os.environ.get("PGPORT", "5432"))
+    user = str(found.get("user") or os.environ.get("PGUSER", ""))
+    dbname = str(found.get("dbname") or os.environ.get("PGDATABASE", user))
+    return ("local" if host.startswith("/") or host in _LOCAL_HOSTS else host, port, dbname)
 
 
 def _id_bytes(fact_id: str | None) -> bytes | None:
@@ -170,22 +375,29 @@ class DeletionLedger:
     business, after every store attached to it is done with it.
     """
 
-    __slots__ = ("_closed", "_conn", "_key", "_lock", "_path")
+    __slots__ = ("_closed", "_conn", "_key", "_location", "_lock")
 
-    def __init__(self, conn: sqlite3.Connection, path: Path, key: LedgerKey) -> None:
+    def __init__(self, conn: _Connection, location: Path | tuple[str, str], key: LedgerKey) -> None:
         self._conn = conn
-        self._path = path
+        self._location = location
         self._key = key
         self._lock = threading.Lock()
         self._closed = False
 
     def __repr__(self) -> str:
-        return f"DeletionLedger({os.fspath(self._path)!r})"
+        if isinstance(self._location, Path):
+            return f"DeletionLedger({os.fspath(self._location)!r})"
+        return f"DeletionLedger(schema={self._location[1]!r})"
 
     @property
-    def path(self) -> Path:
-        """The ledger's file, as its URL named it."""
-        return self._path
+    def path(self) -> Path | None:
+        """The ledger's SQLite file, as its URL named it; ``None`` for PostgreSQL."""
+        return self._location if isinstance(self._location, Path) else None
+
+    @property
+    def postgres_place(self) -> tuple[str, str] | None:
+        """The PostgreSQL connection string and schema of the ledger; ``None`` for SQLite."""
+        return None if isinstance(self._location, Path) else self._location
 
     @property
     def key(self) -> LedgerKey:
@@ -227,11 +439,8 @@ class DeletionLedger:
             if self._closed:
                 raise LedgerError("the ledger is closed")
             try:
-                rows = self._conn.execute(
-                    "SELECT seq, kind, tenant, end_user_hash, fact_id, recorded_at, deleted"
-                    " FROM psych_ledger_deletion ORDER BY seq"
-                ).fetchall()
-            except sqlite3.Error as exc:
+                rows = self._conn.rows()
+            except self._conn.errors as exc:
                 raise LedgerError(f"the ledger cannot be read ({type(exc).__name__})") from exc
         found = (
             LedgerEntry(
@@ -247,29 +456,38 @@ class DeletionLedger:
         )
         return tuple(entry for entry in found if since is None or entry.recorded_at >= since)
 
+    def _holds_schema_of(self, conninfo: str, schema: str) -> bool:
+        """Whether this ledger is in the PostgreSQL database and schema named."""
+        if isinstance(self._location, Path) or schema != self._location[1]:
+            return False
+        return _database_of(conninfo) == _database_of(self._location[0])
+
     # The three writes of a deletion, each its own committed transaction.
 
-    def _write(self, operation: str, statement: str, parameters: tuple[object, ...]) -> int:
+    def _write(self, operation: str, statement: str | None, parameters: tuple[object, ...]) -> int:
+        # ``statement`` None: the insert of an intent, whose sequence number
+        # each database returns in its own way.
         with self._lock:
             if self._closed:
                 raise LedgerUnavailableError(
                     operation, "the deletion ledger is closed", may_have_taken_effect=False
                 )
             try:
-                cursor = self._conn.execute(statement, parameters)
-            except sqlite3.Error as exc:
+                if statement is None:
+                    return self._conn.insert(parameters)
+                self._conn.run(statement, parameters)
+            except self._conn.errors as exc:
                 raise LedgerUnavailableError(
                     operation,
                     f"the deletion ledger cannot be written ({type(exc).__name__})",
                     may_have_taken_effect=False,
                 ) from exc
-            return cursor.lastrowid or 0
+            return 0
 
     def _intend(self, kind: Kind, tenant: str, end_user_id: str, fact_id: str | None) -> int:
         return self._write(
             kind,
-            "INSERT INTO psych_ledger_deletion (kind, tenant, end_user_hash, fact_id, recorded_at)"
-            " VALUES (?, ?, ?, ?, ?)",
+            None,
             (
                 kind,
                 tenant,

@@ -52,16 +52,32 @@ def with_ledger(store: MemoryStore, ledger: DeletionLedger) -> MemoryStore:
     Raises:
         TypeError: ``store`` is not a `MemoryStore` or ``ledger`` not a
             `DeletionLedger`.
-        InvalidInputError: The ledger is the file of ``store`` itself.
+        InvalidInputError: The ledger is inside ``store``: its SQLite file, or
+            its PostgreSQL database and schema.
     """
     if not isinstance(store, MemoryStore):
         raise TypeError(f"store must be a MemoryStore, not {type(store).__qualname__}")
     if not isinstance(ledger, DeletionLedger):
         raise TypeError(f"ledger must be a DeletionLedger, not {type(ledger).__qualname__}")
-    store_path = getattr(store, "path", None)
-    if isinstance(store_path, str | os.PathLike) and _same_file(Path(store_path), ledger.path):
+    if _inside(store, ledger):
         raise InvalidInputError("ledger", "must live outside the store it records")
     return _class_for(store)(store, ledger)
+
+
+def _inside(store: MemoryStore, ledger: DeletionLedger) -> bool:
+    # A SQLite store names its file, a PostgreSQL store its schema and pool.
+    store_path = getattr(store, "path", None)
+    if ledger.path is not None:
+        return isinstance(store_path, str | os.PathLike) and _same_file(
+            Path(store_path), ledger.path
+        )
+    schema = getattr(store, "schema", None)
+    conninfo = getattr(getattr(store, "pool", None), "conninfo", None)
+    return (
+        isinstance(schema, str)
+        and isinstance(conninfo, str)
+        and ledger._holds_schema_of(conninfo, schema)
+    )
 
 
 def _same_file(first: Path, second: Path) -> bool:
