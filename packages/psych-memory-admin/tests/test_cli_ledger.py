@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import shutil
+import sqlite3
 from collections.abc import Callable
+from contextlib import closing
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -131,3 +133,64 @@ def test_a_file_that_is_not_a_ledger_is_unavailable(
     assert main(args) == ExitCode.UNAVAILABLE
     assert "--ledger: the file is not a usable ledger" in capsys.readouterr().err
 
+
+
+def _seed(url: str) -> None:
+    async def write() -> None:
+        async with open_memory(url) as store:
+            for user in ("u1", "u2"):
+                await store.remember("acme", user, f"fact of {user}")
+
+    anyio.run(write)
+
+
+def test_erase_with_a_ledger_records_it_and_a_restore_loses_it_again(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _seed("sqlite:///live.sqlite3")
+    shutil.copyfile("live.sqlite3", "copy.sqlite3")
+    monkeypatch.setenv("PSYCH_MEMORY_LEDGER", "sqlite:///ledger.sqlite3")
+    erase = ["erase", "sqlite:///live.sqlite3", "--tenant", "acme", "--user", "u1", "--yes"]
+    assert main([*erase, "--json"]) == ExitCode.DONE
+    assert json.loads(capsys.readouterr().out)["facts_deleted"] == 1
+    key = LedgerKey(KEY_TEXT.encode())
+    with open_ledger("sqlite:///ledger.sqlite3", key) as ledger:
+        (entry,) = ledger.entries()
+    assert (entry.kind, entry.end_user_hash, entry.deleted) == (
+        "erase",
+        key.end_user_hash("acme", "u1"),
+        1,
+    )
+    shutil.copyfile("copy.sqlite3", "live.sqlite3")
+    assert main(["ledger", "reapply", "sqlite:///live.sqlite3"]) == ExitCode.DONE
+    assert "facts deleted again:     1" in capsys.readouterr().out
+    assert _facts("sqlite:///live.sqlite3", "u1") == ()
+    assert len(_facts("sqlite:///live.sqlite3", "u2")) == 1
+
+
+def test_erase_is_refused_when_the_ledger_cannot_record_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    _seed("sqlite:///live.sqlite3")
+    with open_ledger("sqlite:///ledger.sqlite3", LedgerKey(KEY_TEXT.encode())) as ledger:
+        path = ledger.path
+    assert path is not None
+    with closing(sqlite3.connect(path)) as raw, raw:
+        raw.execute(
+            "CREATE TRIGGER refuse BEFORE INSERT ON psych_ledger_deletion"
+            " BEGIN SELECT RAISE(ABORT, 'refused'); END"
+        )
+    erase = ["erase", "sqlite:///live.sqlite3", "--tenant", "acme", "--user", "u1", "--yes"]
+    assert main([*erase, "--ledger", "sqlite:///ledger.sqlite3"]) == ExitCode.UNAVAILABLE
+    err = capsys.readouterr().err
+    assert "--ledger: the deletion ledger cannot be written" in err
+    assert "nothing was deleted" in err
+    assert len(_facts("sqlite:///live.sqlite3", "u1")) == 1
+
+
+def test_erase_refuses_a_ledger_inside_the_store(capsys: pytest.CaptureFixture[str]) -> None:
+    _seed("sqlite:///live.sqlite3")
+    erase = ["erase", "sqlite:///live.sqlite3", "--tenant", "acme", "--user", "u1", "--yes"]
+    assert main([*erase, "--ledger", "sqlite:///live.sqlite3"]) == ExitCode.USAGE
+    assert "--ledger: must live outside the store it records" in capsys.readouterr().err
+    assert len(_facts("sqlite:///live.sqlite3", "u1")) == 1

@@ -68,7 +68,10 @@ async def test_a_ledger_in_the_stores_own_schema_is_refused(
         other = f"{postgres_schema}_store"
         try:
             async with PostgresMemory.connect(postgres_dsn, schema=other) as apart:
-                assert with_ledger(apart, ledger) is not None
+                await apart.setup()
+                store = with_ledger(apart, ledger)
+                # The server's answer on how durable a deletion is, through the wrapper.
+                assert await store.deletion_durability() == await apart.deletion_durability()  # type: ignore[attr-defined]
         finally:
             ledger._conn._conn.execute(f'DROP SCHEMA IF EXISTS "{other}" CASCADE')  # type: ignore[attr-defined]
 

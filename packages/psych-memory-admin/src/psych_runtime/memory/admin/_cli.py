@@ -18,7 +18,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -33,6 +33,9 @@ from ._cli_ledger import (
     LEDGER_KEY_VARIABLE,
     LEDGER_VARIABLE,
     checked_since,
+    ledger_for_command,
+    ledger_refusals,
+    ledgered,
     reapply_from_ledger,
 )
 from ._cli_stores import checked_key, checked_tenant, refusals_naming
@@ -304,13 +307,35 @@ def _readable(file: str) -> Iterator[Callable[[], IO[bytes]]]:
 @_user
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation (required off a terminal).")
 @click.option("--json", "as_json", is_flag=True, help="Print the receipt as JSON.")
-def erase(url: str, tenant: str, end_user: str, yes: bool, as_json: bool) -> int:  # noqa: FBT001
+@click.option(
+    "--ledger",
+    "ledger_url",
+    envvar=LEDGER_VARIABLE,
+    metavar="LEDGER_URL",
+    help=f"Record the erasure in this deletion ledger first; default: ${LEDGER_VARIABLE}.",
+)
+@click.option(
+    "--ledger-key-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help=f"A file holding the ledger's key; default: ${LEDGER_KEY_VARIABLE}.",
+)
+def erase(  # noqa: PLR0913, PLR0917 - click passes each option by name
+    url: str,
+    tenant: str,
+    end_user: str,
+    yes: bool,  # noqa: FBT001
+    as_json: bool,  # noqa: FBT001
+    ledger_url: str | None,
+    ledger_key_file: Path | None,
+) -> int:
     """Delete every fact of one end user, for good, and print a receipt.
 
     The receipt names the tenant, the end user, how many facts were deleted,
     when (UTC) and in which store (without its password). For a store that
     wipes deleted bytes (SQLite), it says whether the wipe is done. The
-    question goes to standard error, never into the receipt.
+    question goes to standard error, never into the receipt. With a deletion
+    ledger, the erasure is recorded there before the store deletes anything,
+    and refused when it cannot be.
     """
     key = checked_key(tenant, end_user)
     stdin = sys.stdin
@@ -329,10 +354,21 @@ def erase(url: str, tenant: str, end_user: str, yes: bool, as_json: bool) -> int
             raise click.exceptions.Abort
 
     async def body() -> int:
-        async with open_for_command(url, "URL", must_exist=True) as store:
-            receipt = await erase_end_user(store, key, redact_url(url))
-            if not receipt.facts_deleted and counted is None:
-                raise _nothing_to_erase()
+        with ExitStack() as ledger_open:
+            ledger = (
+                None
+                if ledger_url is None
+                else ledger_open.enter_context(ledger_for_command(ledger_url, ledger_key_file))
+            )
+            async with open_for_command(url, "URL", must_exist=True) as bare:
+                if ledger is None:
+                    receipt = await erase_end_user(bare, key, redact_url(url))
+                else:
+                    with ledger_refusals(ledger[1]):
+                        store = ledgered(bare, *ledger)
+                        receipt = await erase_end_user(store, key, redact_url(url))
+                if not receipt.facts_deleted and counted is None:
+                    raise _nothing_to_erase()
         click.echo(
             json.dumps(_receipt_json(receipt), ensure_ascii=False, indent=2)
             if as_json

@@ -3,20 +3,30 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import click
 
-from psych_runtime.memory.port import InvalidInputError, ListsEndUsers
+from psych_runtime.memory.port import InvalidInputError, ListsEndUsers, MemoryStore
 
-from ._commands import open_for_command
+from ._commands import one_line, open_for_command
 from ._exit import CommandError, ExitCode
 from ._format import utc_text
 from ._url import redact_url
 
-__all__ = ["LEDGER_KEY_VARIABLE", "LEDGER_VARIABLE", "checked_since", "reapply_from_ledger"]
+__all__ = [
+    "LEDGER_KEY_VARIABLE",
+    "LEDGER_VARIABLE",
+    "checked_since",
+    "ledger_for_command",
+    "ledger_refusals",
+    "ledgered",
+    "reapply_from_ledger",
+]
 
 LEDGER_VARIABLE: Final = "PSYCH_MEMORY_LEDGER"
 LEDGER_KEY_VARIABLE: Final = "PSYCH_MEMORY_LEDGER_KEY"
@@ -41,19 +51,15 @@ def checked_since(since: str | None) -> datetime | None:
     return found.astimezone(UTC)
 
 
-async def reapply_from_ledger(
-    url: str,
-    ledger_url: str,
-    key_file: Path | None,
-    since: datetime | None,
-    *,
-    as_json: bool,
-) -> int:
-    """Open the ledger and the store, re-apply, print the receipt; the command's body.
+@contextmanager
+def ledger_for_command(ledger_url: str, key_file: Path | None) -> Iterator[tuple[Any, Any]]:
+    """The deletion ledger ``--ledger`` names, open, and its module; refusals name the options.
 
     Raises:
-        CommandError: The ledger distribution is missing, the key or the
-            ledger is refused, or the store cannot list its end users.
+        CommandError: The ledger distribution is missing (usage), the key is
+            missing or short (usage) or not the ledger's (refused), the URL
+            is refused (usage), or the ledger cannot be opened or read
+            (unavailable).
     """
     try:
         from psych_runtime.memory import ledger as ledgers  # noqa: PLC0415
@@ -79,6 +85,54 @@ async def reapply_from_ledger(
     except ledgers.LedgerError as exc:
         raise CommandError("--ledger", str(exc), ExitCode.UNAVAILABLE) from None
     with opened:
+        try:
+            yield opened, ledgers
+        except ledgers.LedgerError as exc:
+            raise CommandError("--ledger", str(exc), ExitCode.UNAVAILABLE) from None
+
+
+def ledgered(store: MemoryStore, opened: Any, ledgers: Any) -> MemoryStore:
+    """``store`` with the open ledger attached, or a usage error naming ``--ledger``.
+
+    Raises:
+        CommandError: The ledger is inside the store (usage).
+    """
+    try:
+        return cast("MemoryStore", ledgers.with_ledger(store, opened))
+    except InvalidInputError as exc:
+        raise CommandError("--ledger", exc.rule, ExitCode.USAGE) from None
+
+
+@contextmanager
+def ledger_refusals(ledgers: Any) -> Iterator[None]:
+    """A deletion the ledger could not record first: named by ``--ledger``, nothing deleted.
+
+    Raises:
+        CommandError: The ledger refused the deletion (unavailable).
+    """
+    try:
+        yield
+    except ledgers.LedgerUnavailableError as exc:
+        raise CommandError(
+            "--ledger", f"{one_line(exc.reason)}; nothing was deleted", ExitCode.UNAVAILABLE
+        ) from None
+
+
+async def reapply_from_ledger(
+    url: str,
+    ledger_url: str,
+    key_file: Path | None,
+    since: datetime | None,
+    *,
+    as_json: bool,
+) -> int:
+    """Open the ledger and the store, re-apply, print the receipt; the command's body.
+
+    Raises:
+        CommandError: The ledger distribution is missing, the key or the
+            ledger is refused, or the store cannot list its end users.
+    """
+    with ledger_for_command(ledger_url, key_file) as (opened, ledgers):
         async with open_for_command(url, "URL", must_exist=True) as store:
             if not isinstance(store, ListsEndUsers):
                 raise CommandError(
@@ -87,10 +141,7 @@ async def reapply_from_ledger(
                     " ListsEndUsers), and the ledger holds only keyed hashes of end users",
                     ExitCode.REFUSED,
                 )
-            try:
-                done = await ledgers.reapply(store, opened, since=since)
-            except ledgers.LedgerError as exc:
-                raise CommandError("--ledger", str(exc), ExitCode.UNAVAILABLE) from None
+            done = await ledgers.reapply(store, opened, since=since)
     receipt: dict[str, Any] = {
         "format": RECEIPT_NAME,
         "version": RECEIPT_VERSION,

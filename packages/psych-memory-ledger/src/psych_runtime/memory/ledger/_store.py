@@ -40,7 +40,8 @@ def with_ledger(store: MemoryStore, ledger: DeletionLedger) -> MemoryStore:
     ``store``, and has the same optional capabilities: it is a
     `ListsEndUsers`, `CountsFacts`, `PagesFacts` or `RestoresFacts` exactly
     when ``store`` is, and has ``scrub`` and ``scrub_pending`` exactly when
-    ``store`` has them. Entering, leaving and closing it enter, leave and
+    ``store`` has them, and ``deletion_durability`` (PostgreSQL) exactly when
+    ``store`` has it. Entering, leaving and closing it enter, leave and
     close ``store``; the ledger stays open (it is its opener's to close).
 
     Each ``erase`` and ``forget`` first records its intent in the ledger,
@@ -239,6 +240,14 @@ class _TellsScrubPending(_Ledgered):
         return cast("bool", cast("Any", self._store).scrub_pending)
 
 
+class _ReportsDurability(_Ledgered):
+    __slots__ = ()
+
+    async def deletion_durability(self) -> str:
+        """How durable the store's last deletions are (the store's own answer)."""
+        return cast("str", await cast("Any", self._store).deletion_durability())
+
+
 _CAPABILITIES: Final[tuple[tuple[type[_Ledgered], Any], ...]] = (
     (_ListsEndUsers, ListsEndUsers),
     (_CountsFacts, CountsFacts),
@@ -255,6 +264,8 @@ def _class_for(store: MemoryStore) -> type[_Ledgered]:
         bases.append(_Scrubs)
     if hasattr(store, "scrub_pending"):
         bases.append(_TellsScrubPending)
+    if callable(getattr(store, "deletion_durability", None)):
+        bases.append(_ReportsDurability)
     chosen = tuple(bases)
     found = _classes.get(chosen)
     if found is None:
