@@ -134,7 +134,6 @@ def test_a_file_that_is_not_a_ledger_is_unavailable(
     assert "--ledger: the file is not a usable ledger" in capsys.readouterr().err
 
 
-
 def _seed(url: str) -> None:
     async def write() -> None:
         async with open_memory(url) as store:
@@ -191,6 +190,14 @@ def test_erase_is_refused_when_the_ledger_cannot_record_it(
 def test_erase_refuses_a_ledger_inside_the_store(capsys: pytest.CaptureFixture[str]) -> None:
     _seed("sqlite:///live.sqlite3")
     erase = ["erase", "sqlite:///live.sqlite3", "--tenant", "acme", "--user", "u1", "--yes"]
-    assert main([*erase, "--ledger", "sqlite:///live.sqlite3"]) == ExitCode.USAGE
-    assert "--ledger: must live outside the store it records" in capsys.readouterr().err
+    for same in ("sqlite:///live.sqlite3", "sqlite:///./live.sqlite3"):
+        assert main([*erase, "--ledger", same]) == ExitCode.USAGE
+        assert "--ledger: must live outside the store it records" in capsys.readouterr().err
+    reapply = ["ledger", "reapply", "sqlite:///live.sqlite3", "--ledger", "sqlite:///live.sqlite3"]
+    assert main(reapply) == ExitCode.USAGE
+    assert "--ledger: must live outside" in capsys.readouterr().err
     assert len(_facts("sqlite:///live.sqlite3", "u1")) == 1
+    # Refused before either was opened: no ledger table in the store's file.
+    with closing(sqlite3.connect("live.sqlite3")) as raw:
+        tables = {name for (name,) in raw.execute("SELECT name FROM sqlite_master")}
+    assert not any(name.startswith("psych_ledger") for name in tables)

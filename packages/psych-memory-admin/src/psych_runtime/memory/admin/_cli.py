@@ -37,6 +37,7 @@ from ._cli_ledger import (
     ledger_refusals,
     ledgered,
     reapply_from_ledger,
+    refuse_ledger_in_store,
 )
 from ._cli_stores import checked_key, checked_tenant, refusals_naming
 from ._commands import one_line, open_for_command
@@ -352,6 +353,9 @@ def erase(  # noqa: PLR0913, PLR0917 - click passes each option by name
         )
         if not _confirmed(question):
             raise click.exceptions.Abort
+
+    if ledger_url is not None:
+        refuse_ledger_in_store(url, ledger_url)
 
     async def body() -> int:
         with ExitStack() as ledger_open:
@@ -727,7 +731,5 @@ def ledger_reapply(
     """
     instant = checked_since(since)
     return _run(
-        partial(
-            reapply_from_ledger, url, ledger_url, ledger_key_file, instant, as_json=as_json
-        )
+        partial(reapply_from_ledger, url, ledger_url, ledger_key_file, instant, as_json=as_json)
     )

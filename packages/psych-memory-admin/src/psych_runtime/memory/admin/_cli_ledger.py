@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, cast
+from urllib.parse import unquote, urlsplit
 
 import click
 
@@ -26,6 +27,7 @@ __all__ = [
     "ledger_refusals",
     "ledgered",
     "reapply_from_ledger",
+    "refuse_ledger_in_store",
 ]
 
 LEDGER_VARIABLE: Final = "PSYCH_MEMORY_LEDGER"
@@ -49,6 +51,28 @@ def checked_since(since: str | None) -> datetime | None:
     if found.tzinfo is None or found.utcoffset() is None:
         raise CommandError("--since", _INSTANT_RULE, ExitCode.USAGE)
     return found.astimezone(UTC)
+
+
+def refuse_ledger_in_store(url: str, ledger_url: str) -> None:
+    """Refuse, before either is opened, a SQLite ledger that is the store's own file.
+
+    Opening the ledger first would write its tables into the store; the
+    ledger's own check (`with_ledger`) covers PostgreSQL, where opening the
+    ledger touches only its schema.
+
+    Raises:
+        CommandError: Both URLs name the same SQLite file (usage).
+    """
+    store_file, ledger_file = _sqlite_file(url), _sqlite_file(ledger_url)
+    if store_file is not None and store_file == ledger_file:
+        raise CommandError("--ledger", "must live outside the store it records", ExitCode.USAGE)
+
+
+def _sqlite_file(url: str) -> Path | None:
+    parts = urlsplit(url)
+    if parts.scheme.lower() != "sqlite" or not parts.path.startswith("/"):
+        return None
+    return Path(unquote(parts.path[1:])).resolve()
 
 
 @contextmanager
@@ -132,6 +156,7 @@ async def reapply_from_ledger(
         CommandError: The ledger distribution is missing, the key or the
             ledger is refused, or the store cannot list its end users.
     """
+    refuse_ledger_in_store(url, ledger_url)
     with ledger_for_command(ledger_url, key_file) as (opened, ledgers):
         async with open_for_command(url, "URL", must_exist=True) as store:
             if not isinstance(store, ListsEndUsers):
