@@ -29,16 +29,7 @@ import click
 
 from psych_runtime.memory.port import InvalidInputError, MemoryKey
 
-from ._cli_ledger import (
-    LEDGER_KEY_VARIABLE,
-    LEDGER_VARIABLE,
-    checked_since,
-    ledger_for_command,
-    ledger_refusals,
-    ledgered,
-    reapply_from_ledger,
-    refuse_ledger_in_store,
-)
+from ._cli_ledger import checked_since, reapply_from_ledger
 from ._cli_stores import checked_key, checked_tenant, refusals_naming
 from ._commands import one_line, open_for_command
 from ._errors import (
@@ -51,6 +42,12 @@ from ._errors import (
 )
 from ._exit import CommandError, ExitCode, exit_codes_help
 from ._format import ExportFormatError, ExportReader, Layout, export_head, export_tail, utc_text
+from ._ledger_open import (
+    LEDGER_KEY_VARIABLE,
+    LEDGER_VARIABLE,
+    ledger_for_command,
+    ledger_refusals,
+)
 from ._migrate import Migration, Progress, migrate
 from ._operations import (
     IMPORT_BATCH,
@@ -354,23 +351,21 @@ def erase(  # noqa: PLR0913, PLR0917 - click passes each option by name
         if not _confirmed(question):
             raise click.exceptions.Abort
 
-    if ledger_url is not None:
-        refuse_ledger_in_store(url, ledger_url)
-
     async def body() -> int:
         with ExitStack() as ledger_open:
-            ledger = (
+            attach = (
                 None
                 if ledger_url is None
-                else ledger_open.enter_context(ledger_for_command(ledger_url, ledger_key_file))
+                else ledger_open.enter_context(
+                    ledger_for_command(ledger_url, ledger_key_file, store_url=url)
+                )
             )
             async with open_for_command(url, "URL", must_exist=True) as bare:
-                if ledger is None:
+                if attach is None:
                     receipt = await erase_end_user(bare, key, redact_url(url))
                 else:
-                    with ledger_refusals(ledger[1]):
-                        store = ledgered(bare, *ledger)
-                        receipt = await erase_end_user(store, key, redact_url(url))
+                    with ledger_refusals():
+                        receipt = await erase_end_user(attach(bare), key, redact_url(url))
                 if not receipt.facts_deleted and counted is None:
                     raise _nothing_to_erase()
         click.echo(
