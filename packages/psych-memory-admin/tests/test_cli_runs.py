@@ -656,7 +656,10 @@ def test_the_bare_command_prints_its_short_usage(tmp_path: Path) -> None:
     assert run.stderr.splitlines() == [
         "Usage: psych-memory [OPTIONS] COMMAND [ARGS]...",
         "Try 'psych-memory --help' for help.",
-        "psych-memory: error: a command is needed: count, erase, export, import, migrate, users",
+        (
+            "psych-memory: error: a command is needed: "
+            "count, erase, export, import, ledger, migrate, users"
+        ),
     ]
 
 

@@ -121,7 +121,8 @@ def cli() -> None:
     """Answer operators' requests about Psych memory stores.
 
     Access and portability (export), erasure with a receipt (erase), listing and
-    counting (users, count), and moving facts between stores (migrate, import).
+    counting (users, count), moving facts between stores (migrate, import), and
+    deletions made again after a restore (ledger reapply).
     """
 
 
