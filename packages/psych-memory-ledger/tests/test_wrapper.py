@@ -264,10 +264,14 @@ _OPS = st.lists(
 )
 
 
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
 @settings(max_examples=20, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=_OPS)
 def test_the_wrapper_answers_as_the_store_and_records_each_deletion(
-    ops: list[tuple[str, str, int]], tmp_path_factory: pytest.TempPathFactory, key: LedgerKey
+    ops: list[tuple[str, str, int]],
+    tmp_path_factory: pytest.TempPathFactory,
+    key: LedgerKey,
+    backend: str,
 ) -> None:
     async def run() -> None:
         url = f"sqlite:///{tmp_path_factory.mktemp('ledger') / 'ledger.sqlite3'}"
@@ -293,4 +297,4 @@ def test_the_wrapper_answers_as_the_store_and_records_each_deletion(
                         assert mine == [m.content for m in await bare.recall("t", user)]
                 assert len(ledger.entries()) == deletions
 
-    anyio.run(run)
+    anyio.run(run, backend=backend)
