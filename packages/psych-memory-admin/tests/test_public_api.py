@@ -14,12 +14,15 @@ def test_all_is_exactly_the_public_api() -> None:
         [
             "ENTRY_POINT_GROUP",
             "KEY_OPTIONS",
+            "LEDGER_KEY_VARIABLE",
+            "LEDGER_VARIABLE",
             "CommandError",
             "ExitCode",
             "StoreBackendError",
             "StoreUrlError",
             "UnknownSchemeError",
             "exit_codes_help",
+            "ledger_for_command",
             "main",
             "open_for_command",
             "open_memory",
@@ -46,7 +49,12 @@ def test_the_entry_point_group_is_the_shared_one() -> None:
 
 
 def test_every_public_callable_documents_what_it_raises() -> None:
-    for function in (admin.open_memory, admin.open_for_command, admin.redact_url):
+    for function in (
+        admin.open_memory,
+        admin.open_for_command,
+        admin.redact_url,
+        admin.ledger_for_command,
+    ):
         assert "Raises:" in (inspect.getdoc(function) or ""), function
 
 

@@ -134,7 +134,10 @@ def test_the_help_lists_the_exit_codes_of_the_shared_table(
         main(["--help"])
     assert exited.value.code == 0
     shown = " ".join(capsys.readouterr().out.split())
-    assert "Exit codes: 0 done, 1 unexpected failure, 2 bad usage, 3 store unavailable." in shown
+    assert (
+        "Exit codes: 0 done, 1 unexpected failure, 2 bad usage, 3 store unavailable, 5 refused."
+        in shown
+    )
 
 
 def _not_a_database(folder: Path) -> str:

@@ -21,7 +21,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import ExitStack, contextmanager, suppress
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
@@ -32,6 +32,7 @@ import click
 
 from psych_runtime.memory.port import InvalidInputError, MemoryKey, validate_cutoff
 
+from ._cli_ledger import checked_since, reapply_from_ledger
 from ._cli_stores import checked_key, checked_tenant, refusals_naming
 from ._commands import one_line, open_for_command
 from ._errors import (
@@ -45,6 +46,12 @@ from ._errors import (
 )
 from ._exit import CommandError, ExitCode, exit_codes_help
 from ._format import ExportFormatError, ExportReader, Layout, export_head, export_tail, utc_text
+from ._ledger_open import (
+    LEDGER_KEY_VARIABLE,
+    LEDGER_VARIABLE,
+    ledger_for_command,
+    ledger_refusals,
+)
 from ._migrate import Migration, Progress, migrate
 from ._operations import (
     IMPORT_BATCH,
@@ -136,8 +143,8 @@ def cli() -> None:
     """Answer operators' requests about Psych memory stores.
 
     Access and portability (export), erasure with a receipt (erase), retention
-    (expire), listing and counting (users, count), and moving facts between
-    stores (migrate, import).
+    (expire), listing and counting (users, count), moving facts between stores
+    (migrate, import), and deletions made again after a restore (ledger reapply).
     """
 
 
@@ -329,13 +336,35 @@ def _readable(file: str) -> Iterator[Callable[[], IO[bytes]]]:
 @_user
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation (required off a terminal).")
 @click.option("--json", "as_json", is_flag=True, help="Print the receipt as JSON.")
-def erase(url: str, tenant: str, end_user: str, yes: bool, as_json: bool) -> int:  # noqa: FBT001
+@click.option(
+    "--ledger",
+    "ledger_url",
+    envvar=LEDGER_VARIABLE,
+    metavar="LEDGER_URL",
+    help=f"Record the erasure in this deletion ledger first; default: ${LEDGER_VARIABLE}.",
+)
+@click.option(
+    "--ledger-key-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help=f"A file holding the ledger's key; default: ${LEDGER_KEY_VARIABLE}.",
+)
+def erase(  # noqa: PLR0913, PLR0917 - click passes each option by name
+    url: str,
+    tenant: str,
+    end_user: str,
+    yes: bool,  # noqa: FBT001
+    as_json: bool,  # noqa: FBT001
+    ledger_url: str | None,
+    ledger_key_file: Path | None,
+) -> int:
     """Delete every fact of one end user, for good, and print a receipt.
 
     The receipt names the tenant, the end user, how many facts were deleted,
     when (UTC) and in which store (without its password). For a store that
     wipes deleted bytes (SQLite), it says whether the wipe is done. The
-    question goes to standard error, never into the receipt.
+    question goes to standard error, never into the receipt. With a deletion
+    ledger, the erasure is recorded there before the store deletes anything,
+    and refused when it cannot be.
     """
     key = checked_key(tenant, end_user)
     stdin = sys.stdin
@@ -354,13 +383,27 @@ def erase(url: str, tenant: str, end_user: str, yes: bool, as_json: bool) -> int
             raise click.exceptions.Abort
 
     async def body() -> int:
-        async with open_for_command(url, "URL", must_exist=True) as store:
-            # Without the question, whether the end user held facts is seen
-            # here: deleting none of them then means another erasure did.
-            found = bool(counted) or bool(await store.recall(key.tenant, key.end_user_id, limit=1))
-            receipt = await erase_end_user(store, key, redact_url(url))
-            if not receipt.facts_deleted and not found:
-                raise _nothing_to_erase()
+        with ExitStack() as ledger_open:
+            attach = (
+                None
+                if ledger_url is None
+                else ledger_open.enter_context(
+                    ledger_for_command(ledger_url, ledger_key_file, store_url=url)
+                )
+            )
+            async with open_for_command(url, "URL", must_exist=True) as bare:
+                # Without the question, whether the end user held facts is seen
+                # here: deleting none of them then means another erasure did.
+                found = bool(counted) or bool(
+                    await bare.recall(key.tenant, key.end_user_id, limit=1)
+                )
+                if attach is None:
+                    receipt = await erase_end_user(bare, key, redact_url(url))
+                else:
+                    with ledger_refusals():
+                        receipt = await erase_end_user(attach(bare), key, redact_url(url))
+                if not receipt.facts_deleted and not found:
+                    raise _nothing_to_erase()
         click.echo(
             json.dumps(_receipt_json(receipt), ensure_ascii=False, indent=2)
             if as_json
@@ -971,3 +1014,51 @@ def _copy_out(stream: IO[str], head: str, body: IO[str], tail: str, argument: st
 def _reason(error: OSError) -> str:
     # The system's words for it, never the path (it may name a person).
     return error.strerror or type(error).__name__
+
+
+@cli.group("ledger")
+def ledger_group() -> None:
+    """The deletion ledger: deletions recorded outside the store, made again after a restore."""
+
+
+@ledger_group.command("reapply", epilog=_URL_HELP)
+@_url
+@click.option(
+    "--ledger",
+    "ledger_url",
+    envvar=LEDGER_VARIABLE,
+    required=True,
+    metavar="LEDGER_URL",
+    help=f"The deletion ledger (sqlite:///path); default: ${LEDGER_VARIABLE}.",
+)
+@click.option(
+    "--ledger-key-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help=f"A file holding the ledger's key; default: ${LEDGER_KEY_VARIABLE}.",
+)
+@click.option(
+    "--since",
+    metavar="INSTANT",
+    help=(
+        "When the restored copy was taken, ISO 8601 with its offset (2026-01-31T12:00:00Z):"
+        " only deletions recorded from then on are made again. Without it, every one is."
+    ),
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the receipt as JSON.")
+def ledger_reapply(
+    url: str,
+    ledger_url: str,
+    ledger_key_file: Path | None,
+    since: str | None,
+    as_json: bool,  # noqa: FBT001
+) -> int:
+    """Make again, on a restored store, every deletion the ledger records, and print a receipt.
+
+    Run it on the restored store with traffic kept off, then serve. The
+    store must list its end users: the ledger holds only keyed hashes. It is
+    idempotent: a second run deletes nothing.
+    """
+    instant = checked_since(since)
+    return _run(
+        partial(reapply_from_ledger, url, ledger_url, ledger_key_file, instant, as_json=as_json)
+    )

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
+from contextlib import ExitStack
 from pathlib import Path
 from typing import NoReturn
 
@@ -13,9 +15,12 @@ import anyio
 
 from psych_runtime.memory.admin import (
     KEY_OPTIONS,
+    LEDGER_KEY_VARIABLE,
+    LEDGER_VARIABLE,
     CommandError,
     ExitCode,
     exit_codes_help,
+    ledger_for_command,
     open_for_command,
 )
 from psych_runtime.memory.port import (
@@ -45,7 +50,14 @@ __all__ = ["main"]
 
 _PROGRAM = "psych-memory-mcp"
 # The exit codes of the psych-memory command's table this command can end with.
-_EXIT_CODES = (ExitCode.DONE, ExitCode.FAILED, ExitCode.USAGE, ExitCode.UNAVAILABLE)
+_EXIT_CODES = (
+    ExitCode.DONE,
+    ExitCode.FAILED,
+    ExitCode.USAGE,
+    ExitCode.UNAVAILABLE,
+    # A deletion ledger whose key is not the one given.
+    ExitCode.REFUSED,
+)
 _HTTP_ONLY_OPTIONS = (
     "tenant_claim",
     "audience",
@@ -106,6 +118,19 @@ def _parser() -> _OneLineParser:
         "--store",
         required=True,
         help="the store's URL: memory:, sqlite:///path, postgresql://... (any installed scheme)",
+    )
+    parser.add_argument(
+        "--ledger",
+        default=os.environ.get(LEDGER_VARIABLE) or None,
+        help=(
+            "record every deletion in this deletion ledger before the store deletes it"
+            f" (sqlite:///path, postgresql://...?schema=NAME; default: ${LEDGER_VARIABLE})"
+        ),
+    )
+    parser.add_argument(
+        "--ledger-key-file",
+        type=Path,
+        help=f"a file holding the ledger's key (default: ${LEDGER_KEY_VARIABLE})",
     )
     parser.add_argument("--tenant", help="the tenant (stdio; HTTP unless --tenant-claim)")
     parser.add_argument("--user", help="the end user (stdio only)")
@@ -206,7 +231,7 @@ def _main_stdio(parser: _OneLineParser, args: argparse.Namespace) -> int:
         async with marked_stdio() as (read_stream, write_stream):
             await server.run(read_stream, write_stream, server.create_initialization_options())
 
-    return anyio.run(_serve_store, args.store, serve)
+    return anyio.run(_serve_store, args, serve)
 
 
 def _main_http(parser: _OneLineParser, args: argparse.Namespace) -> int:
@@ -259,7 +284,7 @@ def _main_http(parser: _OneLineParser, args: argparse.Namespace) -> int:
         await serve_http(app, host=args.host, port=args.port, path=args.path)
 
     # uvicorn runs on asyncio only.
-    return anyio.run(_serve_store, args.store, serve, backend="asyncio")
+    return anyio.run(_serve_store, args, serve, backend="asyncio")
 
 
 def _tool_limit_value(text: str) -> int | None:
@@ -313,14 +338,27 @@ def _tool_limits(parser: _OneLineParser, args: argparse.Namespace) -> ToolLimits
         parser.error(f"a limit is refused: {error}")
 
 
-async def _serve_store(url: str, serve: Callable[[MemoryStore], Awaitable[None]]) -> int:
+async def _serve_store(
+    args: argparse.Namespace, serve: Callable[[MemoryStore], Awaitable[None]]
+) -> int:
     # The store is opened, and each refusal worded, as psych-memory does it.
+    url: str = args.store
     entered = False
     try:
-        # Leaving the block closes the store: shutdown never leaves it open.
-        async with open_for_command(url, "--store", must_exist=False) as memory:
-            entered = True
-            await serve(memory)
+        with ExitStack() as ledger_open:
+            # Opened first and closed last: every deletion the tools make
+            # while the store is open is recorded before it is made.
+            attach = (
+                None
+                if args.ledger is None
+                else ledger_open.enter_context(
+                    ledger_for_command(args.ledger, args.ledger_key_file, store_url=url)
+                )
+            )
+            # Leaving the block closes the store: shutdown never leaves it open.
+            async with open_for_command(url, "--store", must_exist=False) as memory:
+                entered = True
+                await serve(memory if attach is None else attach(memory))
     except CommandError as error:
         _fail(f"{error.argument}: {error.rule}")
         return error.code

@@ -1,0 +1,513 @@
+"""`DeletionLedger`: the record of deletions, in a SQLite file of its own."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Final, Literal, Self
+from urllib.parse import parse_qs, unquote, urlencode, urlsplit, urlunsplit
+
+from psych_runtime.memory.port import InvalidInputError
+
+from ._errors import LedgerError, LedgerKeyMismatchError, LedgerUnavailableError
+from ._key import LedgerKey
+
+__all__ = ["DeletionLedger", "LedgerEntry", "open_ledger"]
+
+FORMAT: Final = 1
+
+_SCHEMA: Final = (
+    """
+CREATE TABLE IF NOT EXISTS psych_ledger_meta (
+    name TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+)""",
+    """
+CREATE TABLE IF NOT EXISTS psych_ledger_deletion (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    kind TEXT NOT NULL,
+    tenant TEXT NOT NULL,
+    end_user_hash TEXT NOT NULL,
+    fact_id BLOB,
+    recorded_at TEXT NOT NULL,
+    done_at TEXT,
+    deleted INTEGER
+)""",
+)
+
+Kind = Literal["erase", "forget"]
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerEntry:
+    """One recorded deletion.
+
+    Attributes:
+        seq: Its place in the ledger, increasing with each deletion.
+        kind: ``"erase"`` (every fact of an end user) or ``"forget"`` (one fact).
+        tenant: The tenant, in the clear.
+        end_user_hash: The end user, as `LedgerKey.end_user_hash` of the
+            ledger's key; never the id itself.
+        fact_id: The fact's id for a ``"forget"``, ``None`` for an ``"erase"``.
+        recorded_at: When the intent was recorded, before the store deleted
+            anything; timezone-aware, in UTC.
+        deleted: How many facts the store deleted, or ``None`` while the
+            entry is an intent whose outcome was never recorded (the process
+            stopped, or the ledger could not be written, after the intent).
+    """
+
+    seq: int
+    kind: Kind
+    tenant: str
+    end_user_hash: str
+    fact_id: str | None
+    recorded_at: datetime
+    deleted: int | None
+
+
+def _location(url: str) -> Path | tuple[str, str]:
+    """The SQLite file, or the PostgreSQL connection string and schema, a URL names."""
+    if not isinstance(url, str):
+        raise TypeError(f"url must be a str, not {type(url).__qualname__}")
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme in {"postgresql", "postgres"}:
+        query = parse_qs(parts.query, keep_blank_values=True)
+        schemas = query.pop("schema", [])
+        if len(schemas) != 1 or not schemas[0]:
+            raise InvalidInputError("ledger", "must name its schema once: ?schema=NAME")
+        rest = urlencode({name: values[-1] for name, values in query.items()})
+        return urlunsplit((parts.scheme, parts.netloc, parts.path, rest, "")), schemas[0]
+    if scheme != "sqlite":
+        raise InvalidInputError("ledger", "must be a sqlite:/// or postgresql:// URL")
+    if parts.netloc or parts.query or parts.fragment or not parts.path.startswith("/"):
+        raise InvalidInputError(
+            "ledger", "must be sqlite:///relative/path or sqlite:////absolute/path"
+        )
+    path = unquote(parts.path[1:])
+    if not path:
+        raise InvalidInputError("ledger", "must name a file")
+    return Path(path)
+
+
+def open_ledger(url: str, key: LedgerKey, *, busy_timeout: float = 5.0) -> DeletionLedger:
+    """Open the ledger at ``url``, creating it (and recording ``key``'s check value) if new.
+
+    Args:
+        url: ``sqlite:///relative/path``, ``sqlite:////absolute/path``, or
+            ``postgresql://...?schema=NAME`` (a schema of its own, created
+            if missing).
+        key: The operator's secret; a ledger keeps a check value of the key
+            it was created with and refuses any other.
+        busy_timeout: Seconds a write waits for another writer (SQLite) or
+            for the connection (PostgreSQL) before it fails.
+
+    Raises:
+        TypeError: An argument has the wrong type.
+        InvalidInputError: ``url`` is not a SQLite URL naming a file or a
+            PostgreSQL URL naming a schema, or ``busy_timeout`` is negative.
+        LedgerKeyMismatchError: The ledger was created with another key.
+        LedgerError: The ledger cannot be opened or is not a ledger.
+    """
+    location = _location(url)
+    if not isinstance(key, LedgerKey):
+        raise TypeError(f"key must be a LedgerKey, not {type(key).__qualname__}")
+    if isinstance(busy_timeout, bool) or not isinstance(busy_timeout, int | float):
+        raise TypeError(f"busy_timeout must be a number, not {type(busy_timeout).__qualname__}")
+    if not busy_timeout >= 0:
+        raise InvalidInputError("busy_timeout", "must be zero or more seconds")
+    conn: _Connection = (
+        _SqliteConnection.open(location, busy_timeout)
+        if isinstance(location, Path)
+        else _PostgresConnection.open(*location, busy_timeout)
+    )
+    try:
+        found = conn.prepare(key)
+    except BaseException:
+        conn.close()
+        raise
+    if found and found.get("format") != str(FORMAT):
+        conn.close()
+        raise LedgerError(f"the ledger's format is not {FORMAT}")
+    if found and found.get("key_check") != key.check_value():
+        conn.close()
+        raise LedgerKeyMismatchError("the key is not the one this ledger was created with")
+    return DeletionLedger(conn, location, key)
+
+
+class _Connection:
+    """One connection to the ledger's database, used by one thread at a time."""
+
+    errors: tuple[type[Exception], ...]
+
+    def insert(self, parameters: tuple[object, ...]) -> int:
+        raise NotImplementedError
+
+    def run(self, statement: str, parameters: tuple[object, ...]) -> None:
+        raise NotImplementedError
+
+    def rows(self) -> list[tuple[Any, ...]]:
+        raise NotImplementedError
+
+    def prepare(self, key: LedgerKey) -> dict[str, str]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+_INSERT: Final = (
+    "INSERT INTO psych_ledger_deletion (kind, tenant, end_user_hash, fact_id, recorded_at)"
+    " VALUES (?, ?, ?, ?, ?)"
+)
+_ROWS: Final = (
+    "SELECT seq, kind, tenant, end_user_hash, fact_id, recorded_at, deleted"
+    " FROM psych_ledger_deletion ORDER BY seq"
+)
+
+
+class _SqliteConnection(_Connection):
+    errors = (sqlite3.Error,)
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    @classmethod
+    def open(cls, path: Path, busy_timeout: float) -> _SqliteConnection:
+        try:
+            conn = sqlite3.connect(
+                os.fspath(path),
+                timeout=busy_timeout,
+                isolation_level=None,
+                check_same_thread=False,
+            )
+        except sqlite3.Error as exc:
+            raise LedgerError(f"the ledger file cannot be opened ({type(exc).__name__})") from exc
+        return cls(conn)
+
+    def insert(self, parameters: tuple[object, ...]) -> int:
+        return self._conn.execute(_INSERT, parameters).lastrowid or 0
+
+    def run(self, statement: str, parameters: tuple[object, ...]) -> None:
+        self._conn.execute(statement, parameters)
+
+    def rows(self) -> list[tuple[Any, ...]]:
+        return self._conn.execute(_ROWS).fetchall()
+
+    def prepare(self, key: LedgerKey) -> dict[str, str]:
+        conn = self._conn
+        try:
+            # Every commit reaches the disk before the call returns: an intent
+            # recorded is an intent kept, whatever happens to the process next.
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=FULL")
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                for statement in _SCHEMA:
+                    conn.execute(statement)
+                found = _meta(conn.execute("SELECT name, value FROM psych_ledger_meta"))
+                if found is None:
+                    conn.executemany(
+                        "INSERT INTO psych_ledger_meta (name, value) VALUES (?, ?)",
+                        _first_meta(key),
+                    )
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            raise LedgerError(f"the file is not a usable ledger ({type(exc).__name__})") from exc
+        return found or {}
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+class _PostgresConnection(_Connection):
+    def __init__(self, conn: Any, schema: str, conninfo: str) -> None:
+        import psycopg  # noqa: PLC0415
+
+        self.errors = (psycopg.Error,)
+        self._conn = conn
+        self.schema = schema
+        self.conninfo = conninfo
+
+    @classmethod
+    def open(cls, conninfo: str, schema: str, busy_timeout: float) -> _PostgresConnection:
+        try:
+            import psycopg  # noqa: PLC0415
+        except ImportError:
+            raise LedgerError(
+                "a PostgreSQL ledger needs psycopg (pip install 'psych-memory-ledger[postgres]')"
+            ) from None
+        try:
+            conn = psycopg.connect(
+                conninfo, autocommit=True, connect_timeout=max(1, int(busy_timeout))
+            )
+        except psycopg.Error as exc:
+            raise LedgerError(
+                f"the ledger database cannot be reached ({type(exc).__name__})"
+            ) from exc
+        return cls(conn, schema, conninfo)
+
+    def _sql(self, statement: str) -> Any:
+        from psycopg import sql  # noqa: PLC0415
+
+        return sql.SQL(statement.replace("?", "%s")).format(schema=sql.Identifier(self.schema))
+
+    def insert(self, parameters: tuple[object, ...]) -> int:
+        statement = _INSERT.replace("psych_ledger_", "{schema}.psych_ledger_")
+        row = self._conn.execute(self._sql(f"{statement} RETURNING seq"), parameters).fetchone()
+        return int(row[0])
+
+    def run(self, statement: str, parameters: tuple[object, ...]) -> None:
+        self._conn.execute(
+            self._sql(statement.replace("psych_ledger_", "{schema}.psych_ledger_")), parameters
+        )
+
+    def rows(self) -> list[tuple[Any, ...]]:
+        statement = _ROWS.replace("psych_ledger_", "{schema}.psych_ledger_")
+        return list(self._conn.execute(self._sql(statement)).fetchall())
+
+    def prepare(self, key: LedgerKey) -> dict[str, str]:
+        import psycopg  # noqa: PLC0415
+
+        conn = self._conn
+        try:
+            # A commit returns once it is on the server's disk, whatever the
+            # server's default: the intent is never a write still in flight.
+            conn.execute("SET synchronous_commit = on")
+            with conn.transaction():
+                conn.execute(
+                    "SELECT pg_advisory_xact_lock(hashtext('psych_ledger:' || %s))",
+                    (self.schema,),
+                )
+                conn.execute(self._sql("CREATE SCHEMA IF NOT EXISTS {schema}"))
+                for statement in _POSTGRES_SCHEMA:
+                    conn.execute(self._sql(statement))
+                found = _meta(
+                    conn.execute(self._sql("SELECT name, value FROM {schema}.psych_ledger_meta"))
+                )
+                if found is None:
+                    for row in _first_meta(key):
+                        conn.execute(
+                            self._sql(
+                                "INSERT INTO {schema}.psych_ledger_meta (name, value) VALUES (?, ?)"
+                            ),
+                            row,
+                        )
+        except psycopg.Error as exc:
+            raise LedgerError(f"the schema is not a usable ledger ({type(exc).__name__})") from exc
+        return found or {}
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+_POSTGRES_SCHEMA: Final = (
+    """
+CREATE TABLE IF NOT EXISTS {schema}.psych_ledger_meta (
+    name TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+)""",
+    """
+CREATE TABLE IF NOT EXISTS {schema}.psych_ledger_deletion (
+    seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    kind TEXT NOT NULL,
+    tenant TEXT NOT NULL,
+    end_user_hash TEXT NOT NULL,
+    fact_id BYTEA,
+    recorded_at TEXT NOT NULL,
+    done_at TEXT,
+    deleted BIGINT
+)""",
+)
+
+
+def _meta(cursor: Any) -> dict[str, str] | None:
+    found = {str(name): str(value) for name, value in cursor.fetchall()}
+    return found or None
+
+
+def _first_meta(key: LedgerKey) -> list[tuple[str, str]]:
+    return [("format", str(FORMAT)), ("key_check", key.check_value())]
+
+
+_LOCAL_HOSTS: Final = frozenset({"", "localhost", "127.0.0.1", "::1"})
+
+
+def _database_of(conninfo: str) -> tuple[str, str, str] | None:
+    # Compared as the connection strings name them: host (every local name
+    # alike), port and database, with libpq's defaults.
+    from psycopg.conninfo import conninfo_to_dict  # noqa: PLC0415
+
+    try:
+        found = conninfo_to_dict(conninfo)
+    except Exception:  # noqa: BLE001 - a string libpq refuses names no database
+        return None
+    host = str(found.get("host") or os.environ.get("PGHOST", ""))
+    port = str(found.get("port") or os.environ.get("PGPORT", "5432"))
+    user = str(found.get("user") or os.environ.get("PGUSER", ""))
+    dbname = str(found.get("dbname") or os.environ.get("PGDATABASE", user))
+    return ("local" if host.startswith("/") or host in _LOCAL_HOSTS else host, port, dbname)
+
+
+def _id_bytes(fact_id: str | None) -> bytes | None:
+    # Stored as bytes: any str is a fact id the port accepts, lone
+    # surrogates included, and the id must come back exactly.
+    return None if fact_id is None else fact_id.encode("utf-8", "surrogatepass")
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+class DeletionLedger:
+    """An open deletion ledger: a SQLite file outside the store it records.
+
+    Made by `open_ledger`. Its writes are made from worker threads by the
+    stores it is attached to (see `with_ledger`); closing it is its opener's
+    business, after every store attached to it is done with it.
+    """
+
+    __slots__ = ("_closed", "_conn", "_key", "_location", "_lock")
+
+    def __init__(self, conn: _Connection, location: Path | tuple[str, str], key: LedgerKey) -> None:
+        self._conn = conn
+        self._location = location
+        self._key = key
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def __repr__(self) -> str:
+        if isinstance(self._location, Path):
+            return f"DeletionLedger({os.fspath(self._location)!r})"
+        return f"DeletionLedger(schema={self._location[1]!r})"
+
+    @property
+    def path(self) -> Path | None:
+        """The ledger's SQLite file, as its URL named it; ``None`` for PostgreSQL."""
+        return self._location if isinstance(self._location, Path) else None
+
+    @property
+    def postgres_place(self) -> tuple[str, str] | None:
+        """The PostgreSQL connection string and schema of the ledger; ``None`` for SQLite."""
+        return None if isinstance(self._location, Path) else self._location
+
+    @property
+    def key(self) -> LedgerKey:
+        """The key the ledger's end-user hashes are made with."""
+        return self._key
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the file; a deletion through an attached store is then refused. Idempotent."""
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._conn.close()
+
+    def entries(self, *, since: datetime | None = None) -> tuple[LedgerEntry, ...]:
+        """Every recorded deletion, oldest first; only those recorded at or after ``since``.
+
+        Raises:
+            TypeError: ``since`` is not ``None`` or a `datetime`.
+            InvalidInputError: ``since`` has no timezone.
+            LedgerError: The ledger is closed or cannot be read.
+        """
+        if since is not None:
+            if not isinstance(since, datetime):
+                raise TypeError(f"since must be None or a datetime, not {type(since).__qualname__}")
+            if since.tzinfo is None or since.utcoffset() is None:
+                raise InvalidInputError("since", "must be timezone-aware")
+        with self._lock:
+            if self._closed:
+                raise LedgerError("the ledger is closed")
+            try:
+                rows = self._conn.rows()
+            except self._conn.errors as exc:
+                raise LedgerError(f"the ledger cannot be read ({type(exc).__name__})") from exc
+        found = (
+            LedgerEntry(
+                seq,
+                kind,
+                tenant,
+                hashed,
+                None if fact_id is None else bytes(fact_id).decode("utf-8", "surrogatepass"),
+                datetime.fromisoformat(at),
+                deleted,
+            )
+            for seq, kind, tenant, hashed, fact_id, at, deleted in rows
+        )
+        return tuple(entry for entry in found if since is None or entry.recorded_at >= since)
+
+    def _holds_schema_of(self, conninfo: str, schema: str) -> bool:
+        """Whether this ledger is in the PostgreSQL database and schema named."""
+        if isinstance(self._location, Path) or schema != self._location[1]:
+            return False
+        return _database_of(conninfo) == _database_of(self._location[0])
+
+    # The three writes of a deletion, each its own committed transaction.
+
+    def _write(self, operation: str, statement: str | None, parameters: tuple[object, ...]) -> int:
+        # ``statement`` None: the insert of an intent, whose sequence number
+        # each database returns in its own way.
+        with self._lock:
+            if self._closed:
+                raise LedgerUnavailableError(
+                    operation, "the deletion ledger is closed", may_have_taken_effect=False
+                )
+            try:
+                if statement is None:
+                    return self._conn.insert(parameters)
+                self._conn.run(statement, parameters)
+            except self._conn.errors as exc:
+                raise LedgerUnavailableError(
+                    operation,
+                    f"the deletion ledger cannot be written ({type(exc).__name__})",
+                    may_have_taken_effect=False,
+                ) from exc
+            return 0
+
+    def _intend(self, kind: Kind, tenant: str, end_user_id: str, fact_id: str | None) -> int:
+        return self._write(
+            kind,
+            None,
+            (
+                kind,
+                tenant,
+                self._key.end_user_hash(tenant, end_user_id),
+                _id_bytes(fact_id),
+                _now(),
+            ),
+        )
+
+    def _done(self, kind: Kind, seq: int, deleted: int) -> None:
+        if kind == "forget" and not deleted:
+            # Only a forget that deleted a fact is kept: one that matched
+            # nothing tells nothing, and keeps an end user's hash for no use.
+            self._drop(kind, seq)
+            return
+        self._write(
+            kind,
+            "UPDATE psych_ledger_deletion SET done_at = ?, deleted = ? WHERE seq = ?",
+            (_now(), deleted, seq),
+        )
+
+    def _drop(self, kind: Kind, seq: int) -> None:
+        self._write(kind, "DELETE FROM psych_ledger_deletion WHERE seq = ?", (seq,))
