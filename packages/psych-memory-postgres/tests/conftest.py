@@ -8,17 +8,25 @@ missing server fails the run: CI must never pass by testing nothing.
 from __future__ import annotations
 
 import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import anyio.to_thread
 import psycopg
 import pytest
 from psycopg import sql
-from psycopg.conninfo import make_conninfo
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from psych_runtime.memory.postgres import DEFAULT_STATEMENT_TIMEOUT, PostgresMemory
@@ -151,11 +159,14 @@ class Backdoor:
         finally:
             await anyio.to_thread.run_sync(pool.close)
 
+    async def server_defaults(self, *names: str) -> tuple[str, ...]:
+        """Settings as a fresh session of the server has them."""
+        rows = await self.query(_settings_query(names))
+        return tuple(str(value) for value in rows[0])
+
     async def settings_of(self, store: PostgresMemory, *names: str) -> tuple[str, ...]:
         """Settings of a connection of the store's pool (one it has used, when it has one)."""
-        query = sql.SQL("SELECT {}").format(
-            sql.SQL(", ").join(sql.SQL("current_setting({})").format(name) for name in names)
-        )
+        query = _settings_query(names)
         pool = store.pool
         if isinstance(pool, AsyncConnectionPool):
             async with pool.connection() as conn:
@@ -201,3 +212,147 @@ class Backdoor:
 def backdoor(postgres_dsn: str, schema: str) -> Backdoor:
     """The back door into the schema of the test's store."""
     return Backdoor(postgres_dsn, schema)
+
+
+def _settings_query(names: tuple[str, ...]) -> sql.Composed:
+    return sql.SQL("SELECT {}").format(
+        sql.SQL(", ").join(sql.SQL("current_setting({})").format(name) for name in names)
+    )
+
+
+# -- a private PgBouncer in transaction mode --------------------------------
+
+
+@dataclass
+class Pooler:
+    """A PgBouncer of our own in transaction mode, in front of the test server."""
+
+    port: int
+    dbname: str
+    user: str
+    folder: Path
+
+    @property
+    def dsn(self) -> str:
+        """The pooler's address, for the same database and role as the server's."""
+        return f"postgresql://{self.user}@127.0.0.1:{self.port}/{self.dbname}"
+
+    def url(self, **options: str) -> str:
+        """A store URL through the pooler, prepared statements off unless ``options`` say."""
+        query = "&".join(f"{name}={value}" for name, value in {
+            "prepare_threshold": "none", **options}.items())  # fmt: skip
+        return f"{self.dsn}?{query}"
+
+
+def _pgbouncer_binary() -> str:
+    """The pgbouncer program, or a skip (a failure under CI=true)."""
+    found = shutil.which("pgbouncer") or shutil.which("pgbouncer", path="/usr/sbin:/usr/local/sbin")
+    problem = None
+    if found is None:
+        problem = "pgbouncer is not installed (Debian: apt-get install pgbouncer)"
+    elif os.geteuid() == 0 and not _has_user("postgres"):
+        problem = "running as root, and there is no 'postgres' user to run pgbouncer as"
+    else:
+        return found
+    message = f"cannot start a private PgBouncer: {problem}"
+    if os.environ.get("CI") == "true":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def _has_user(name: str) -> bool:
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        return False
+    return True
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@contextmanager
+def start_pgbouncer(server_dsn: str, **settings: object) -> Iterator[Pooler]:
+    """Run a PgBouncer in transaction mode in front of ``server_dsn``; stop it on exit.
+
+    ``settings`` are added to (or replace) its ``[pgbouncer]`` section. It
+    runs as ``postgres`` when the tests run as root (it refuses root), on a
+    free local port, with its files in a temporary folder removed on exit.
+    """
+    binary = _pgbouncer_binary()
+    server = conninfo_to_dict(server_dsn)
+    dbname = str(server.get("dbname", "postgres"))
+    user = str(server.get("user", "postgres"))
+    folder = Path(tempfile.mkdtemp(prefix="psych-pooler-"))
+    as_root = os.geteuid() == 0
+    if as_root:
+        shutil.chown(folder, "postgres")
+    port = _free_port()
+    section = {
+        "listen_addr": "127.0.0.1",
+        "listen_port": port,
+        "unix_socket_dir": "",
+        "auth_type": "trust",
+        "auth_file": folder / "users.txt",
+        "pool_mode": "transaction",
+        "default_pool_size": 8,
+        "max_client_conn": 500,
+        "logfile": folder / "pgbouncer.log",
+        "pidfile": "",
+        **settings,
+    }
+    target = f"host={server.get('host', '127.0.0.1')} port={server.get('port', 5432)}"
+    (folder / "users.txt").write_text(f'"{user}" ""\n')
+    (folder / "pgbouncer.ini").write_text(
+        f"[databases]\n{dbname} = {target} dbname={dbname}\n\n[pgbouncer]\n"
+        + "".join(f"{name} = {value}\n" for name, value in section.items())
+    )
+    if as_root:
+        for written in folder.iterdir():
+            shutil.chown(written, "postgres")
+    process = subprocess.Popen(  # noqa: S603 - our own arguments
+        [binary, str(folder / "pgbouncer.ini")],
+        user="postgres" if as_root else None,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        pooler = Pooler(port, dbname, user, folder)
+        _wait_until_serving(pooler, process)
+        yield pooler
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _wait_until_serving(pooler: Pooler, process: subprocess.Popen[bytes]) -> None:
+    # PgBouncer announces nowhere that it listens: a connection is tried
+    # every 10 ms until one answers, or the process ends.
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            with psycopg.connect(pooler.dsn, connect_timeout=2, prepare_threshold=None) as conn:
+                conn.execute("SELECT 1")
+                return
+        except psycopg.OperationalError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                log = pooler.folder / "pgbouncer.log"
+                said = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+                raise RuntimeError(f"pgbouncer did not start: {said}") from None
+            time.sleep(0.01)
+
+
+@pytest.fixture(scope="session")
+def pgbouncer(postgres_dsn: str) -> Iterator[Pooler]:
+    """A PgBouncer in transaction mode for this test session (a skip without the program)."""
+    with start_pgbouncer(postgres_dsn) as pooler:
+        yield pooler

@@ -10,8 +10,12 @@ Rules kept here, for every call:
 
 - A connection the server closed while it sat in the pool is found (at no
   round trip) and replaced, never failing a call it was not part of.
-- Each connection gets the store's ``statement_timeout`` and
-  ``lock_timeout`` before its first statement, so no call waits unbounded.
+- Each transaction gets the store's ``statement_timeout`` and
+  ``lock_timeout`` (``set_config(..., true)``, pipelined with its first
+  statement: no round trip of its own), so no call waits unbounded and no
+  connection keeps a setting of the store once the call is done: behind a
+  transaction pooler, or in a pool the application shares with other
+  code, the server session goes back as the store found it.
 - A call whose connection broke, or that a read-only server refused, is
   replayed or given up as `_replays` decides; this module only drives the
   attempts, the same way on either driver.
@@ -27,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import sys
 import threading
-import weakref
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from contextlib import (
     AbstractAsyncContextManager,
@@ -57,16 +60,18 @@ from ._replays import (
     replays,
 )
 
-__all__ = ["LazyPool", "Pool", "Runner", "running_loop"]
+__all__ = ["Bounds", "LazyPool", "Pool", "Runner", "bounds_statement", "running_loop"]
 
 Pool: TypeAlias = "AsyncConnectionPool[Any] | ConnectionPool[Any]"
 """A psycopg pool: asynchronous (asyncio only) or synchronous (any backend)."""
 
 _T = TypeVar("_T")
 
-_SESSION_BOUNDS: Final = (
-    b"SELECT set_config('statement_timeout', %s, false), set_config('lock_timeout', %s, false)"
-)
+Bounds: TypeAlias = "tuple[bytes, tuple[str, ...]]"
+
+# libpq 14 and later can pipeline; with an older one a call that needs its
+# bounds runs in an explicit transaction (two round trips more).
+_PIPELINE: Final = psycopg.Pipeline.is_supported()
 
 
 class LazyPool:
@@ -111,7 +116,7 @@ class LazyPool:
 class Runner:
     """Runs calls on one pool, on behalf of one store."""
 
-    __slots__ = ("_bounds", "_fallback", "_home", "_pool", "_prepared", "_schema", "verified")
+    __slots__ = ("_bounds", "_fallback", "_home", "_pool", "_schema", "verified")
 
     def __init__(
         self,
@@ -128,14 +133,7 @@ class Runner:
         self._home: asyncio.AbstractEventLoop | None = None
         self._fallback: LazyPool | None = None
         self._schema = schema
-        self._bounds: tuple[str, str] | None = (
-            None
-            if statement_timeout is None and lock_timeout is None
-            else (_milliseconds(statement_timeout), _milliseconds(lock_timeout))
-        )
-        # Connections that already carry the bounds; they live in the pool,
-        # so the set must not keep them alive.
-        self._prepared: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._bounds = bounds_statement(statement_timeout, lock_timeout)
         # Set by the store once the recorded schema version was found
         # current; cleared here when the tables turn out missing. A plain
         # flag is enough: two tasks checking at once is harmless.
@@ -199,19 +197,18 @@ class Runner:
                         if fresh < pool.max_size and not _alive(conn.pgconn):
                             continue
                         used = conn
-                        bounds = self._bounds_for(conn)
-                        if bounds is not None:
-                            await conn.execute(_SESSION_BOUNDS, bounds)
+                        bounds = self._bounds
+                        transaction = call.transaction or (bounds is not None and not _PIPELINE)
                         call.sent = True
-                        sent = not call.transaction
-                        if call.transaction:
+                        sent = not transaction
+                        if transaction:
                             async with conn.transaction():
-                                result = await _converse_async(conn, call.conversation())
+                                result = await _converse_async(
+                                    conn, call.conversation(), bounds, each=False
+                                )
                                 sent = True
                         else:
-                            result = await _converse_async(conn, call.conversation())
-                        if bounds is not None:
-                            self._prepared.add(conn)
+                            result = await _converse_async(conn, call.conversation(), bounds, each=True)
                         return result
             except psycopg.Error as exc:
                 broken = used is not None and used.broken
@@ -233,30 +230,24 @@ class Runner:
                         if fresh < pool.max_size and not _alive(conn.pgconn):
                             continue
                         used = conn
-                        bounds = self._bounds_for(conn)
-                        if bounds is not None:
-                            conn.execute(_SESSION_BOUNDS, bounds)
+                        bounds = self._bounds
+                        transaction = call.transaction or (bounds is not None and not _PIPELINE)
                         call.sent = True
-                        sent = not call.transaction
-                        if call.transaction:
+                        sent = not transaction
+                        if transaction:
                             with conn.transaction():
-                                result = _converse_sync(conn, call.conversation())
+                                result = _converse_sync(
+                                    conn, call.conversation(), bounds, each=False
+                                )
                                 sent = True
                         else:
-                            result = _converse_sync(conn, call.conversation())
-                        if bounds is not None:
-                            self._prepared.add(conn)
+                            result = _converse_sync(conn, call.conversation(), bounds, each=True)
                         return result
             except psycopg.Error as exc:
                 broken = used is not None and used.broken
                 if not replays(call, exc, broken=broken, sent=sent, attempt=attempt):
                     self._fail(call, exc, broken=broken, sent=sent)
         raise AssertionError("unreachable: the last attempt raises")  # pragma: no cover
-
-    def _bounds_for(self, conn: object) -> tuple[str, str] | None:
-        # The session bounds a connection still needs before its first
-        # statement of this store, if any.
-        return None if conn in self._prepared else self._bounds
 
     def _fail(self, call: Call[Any], exc: psycopg.Error, *, broken: bool, sent: bool) -> NoReturn:
         error = failure(call, exc, broken=broken, sent=sent, schema=self._schema)
@@ -385,12 +376,28 @@ def _fresh_sync(conninfo: str, kwargs: dict[str, Any]) -> Iterator[Connection[An
         yield fresh
 
 
-async def _converse_async(conn: AsyncConnection[Any], conversation: Conversation[_T]) -> _T:
+async def _converse_async(
+    conn: AsyncConnection[Any], conversation: Conversation[_T], bounds: Bounds | None, *, each: bool
+) -> _T:
+    # ``bounds`` go with the first statement, or with each (in autocommit,
+    # where every statement is a transaction of its own).
     async with conn.cursor() as cursor:
         statement = next(conversation)
         while True:
             try:
-                await cursor.execute(statement[0], statement[1])
+                if bounds is None:
+                    await cursor.execute(statement[0], statement[1])
+                elif _PIPELINE:
+                    # One round trip: the pipeline's single Sync makes both
+                    # statements one transaction, which the bounds last.
+                    async with conn.pipeline():
+                        await cursor.execute(*bounds)
+                        await cursor.execute(statement[0], statement[1])
+                else:
+                    await cursor.execute(*bounds)
+                    await cursor.execute(statement[0], statement[1])
+                if not each:
+                    bounds = None
             except ReadOnlySqlTransaction:
                 if drops_refusing_connection(conn.info.transaction_status):
                     await conn.close()
@@ -403,12 +410,28 @@ async def _converse_async(conn: AsyncConnection[Any], conversation: Conversation
                 return result
 
 
-def _converse_sync(conn: Connection[Any], conversation: Conversation[_T]) -> _T:
+def _converse_sync(
+    conn: Connection[Any], conversation: Conversation[_T], bounds: Bounds | None, *, each: bool
+) -> _T:
+    # ``bounds`` go with the first statement, or with each (in autocommit,
+    # where every statement is a transaction of its own).
     with conn.cursor() as cursor:
         statement = next(conversation)
         while True:
             try:
-                cursor.execute(statement[0], statement[1])
+                if bounds is None:
+                    cursor.execute(statement[0], statement[1])
+                elif _PIPELINE:
+                    # One round trip: the pipeline's single Sync makes both
+                    # statements one transaction, which the bounds last.
+                    with conn.pipeline():
+                        cursor.execute(*bounds)
+                        cursor.execute(statement[0], statement[1])
+                else:
+                    cursor.execute(*bounds)
+                    cursor.execute(statement[0], statement[1])
+                if not each:
+                    bounds = None
             except ReadOnlySqlTransaction:
                 if drops_refusing_connection(conn.info.transaction_status):
                     conn.close()
@@ -435,9 +458,24 @@ def _alive(pgconn: PGconn) -> bool:
     return pgconn.status == ConnStatus.OK
 
 
-def _milliseconds(seconds: float | None) -> str:
-    # PostgreSQL reads 0 as "no bound".
-    return "0" if seconds is None else f"{max(1, round(seconds * 1000))}ms"
+def bounds_statement(statement_timeout: float | None, lock_timeout: float | None) -> Bounds | None:
+    """The statement that bounds one transaction, with its parameters; ``None`` for no bound.
+
+    ``set_config(..., true)`` lasts until the transaction ends, so the
+    server session keeps none of it. A bound given as ``None`` is left as
+    the session has it.
+    """
+    given = [
+        (name, seconds)
+        for name, seconds in (("statement_timeout", statement_timeout), ("lock_timeout", lock_timeout))
+        if seconds is not None
+    ]
+    if not given:
+        return None
+    text = ", ".join(f"set_config('{name}', %s, true)" for name, _ in given)
+    return f"SELECT {text}".encode("ascii"), tuple(
+        f"{max(1, round(seconds * 1000))}ms" for _, seconds in given
+    )
 
 
 def running_loop() -> asyncio.AbstractEventLoop | None:

@@ -22,6 +22,7 @@ from ._schema import DEFAULT_SCHEMA, validate_schema_name
 from ._store import (
     DEFAULT_LOCK_TIMEOUT,
     DEFAULT_POOL_TIMEOUT,
+    DEFAULT_PREPARE_THRESHOLD,
     DEFAULT_STATEMENT_TIMEOUT,
     PostgresMemory,
 )
@@ -46,12 +47,14 @@ class UrlOptions:
     statement_timeout: float = DEFAULT_STATEMENT_TIMEOUT
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT
     setup: str = "auto"
+    prepare_threshold: int | None = DEFAULT_PREPARE_THRESHOLD
 
     def __repr__(self) -> str:
         # The connection string may hold a password: never shown.
         return (
             f"UrlOptions(schema={self.schema!r}, min_size={self.min_size}, "
-            f"max_size={self.max_size}, setup={self.setup!r})"
+            f"max_size={self.max_size}, setup={self.setup!r}, "
+            f"prepare_threshold={self.prepare_threshold!r})"
         )
 
 
@@ -123,8 +126,11 @@ async def open_url(url: str, *, create: bool = True) -> AsyncIterator[PostgresMe
     ``setup``: ``auto`` (the default) creates the tables if missing and
     upgrades them if older, and writes nothing when they are current;
     ``never`` only checks the version, for databases where only a DBA may
-    change the schema. Example:
-    ``postgresql://app@db/app?sslmode=require&schema=memory&setup=never``.
+    change the schema; ``prepare_threshold``: a whole number (psycopg's
+    default, 5) or ``none``, which a pooler in transaction mode needs
+    (PgBouncer's, or a managed service's pooled endpoint). Examples:
+    ``postgresql://app@db/app?sslmode=require&schema=memory&setup=never``,
+    ``postgresql://app@pgbouncer:6432/app?prepare_threshold=none``.
 
     ``create=False`` works as ``setup=never`` whatever the URL says: for
     tools that only read or delete, which must never create a schema (a
@@ -160,6 +166,7 @@ async def open_url(url: str, *, create: bool = True) -> AsyncIterator[PostgresMe
         pool_timeout=options.pool_timeout,
         statement_timeout=options.statement_timeout,
         lock_timeout=options.lock_timeout,
+        prepare_threshold=options.prepare_threshold,
     ) as store:
         if options.setup == "auto" and create:
             await store.setup()
@@ -208,6 +215,14 @@ def _setup(name: str, value: str) -> str:
     return value
 
 
+def _threshold(name: str, value: str) -> int | None:
+    if value.lower() == "none":
+        return None
+    if not value.isascii() or not value.isdigit():
+        raise ValueError(f"url option {name!r} must be a whole number >= 0 or 'none'")
+    return int(value)
+
+
 _READERS: Final[dict[str, Callable[[str, str], object]]] = {
     "schema": _schema,
     "min_size": _size(0),
@@ -216,4 +231,5 @@ _READERS: Final[dict[str, Callable[[str, str], object]]] = {
     "statement_timeout": _seconds,
     "lock_timeout": _seconds,
     "setup": _setup,
+    "prepare_threshold": _threshold,
 }

@@ -1,0 +1,235 @@
+"""Behind a transaction pooler, and in a pool shared with other code.
+
+A pooler in transaction mode (PgBouncer here, the pooled endpoints of
+managed services alike) lends a server connection to a client for one
+transaction, then to another client. So the store must neither rely on a
+statement prepared on a connection (the next transaction may run on
+another) nor leave a setting on one (the next client would inherit it).
+The PgBouncer tests start a PgBouncer of their own (see ``conftest``); the
+shared server behind it is the usual test server.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from contextlib import ExitStack, asynccontextmanager
+from functools import partial
+from typing import TYPE_CHECKING, Any, ClassVar
+from uuid import uuid4
+
+import anyio
+import anyio.to_thread
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+from psych_runtime.memory.conformance import MemoryStoreContract
+from psych_runtime.memory.port import MemoryKey, MemoryStore
+from psych_runtime.memory.postgres import PostgresMemory, open_url
+
+if TYPE_CHECKING:
+    from conftest import Backdoor, Pooler
+
+DSN = os.environ.get("PSYCH_MEMORY_TEST_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test")
+
+# Settings the store relies on, none of which may stay on a session.
+_SETTINGS: tuple[str, ...] = (
+    "statement_timeout",
+    "lock_timeout",
+    "TimeZone",
+    "synchronous_commit",
+    "DateStyle",
+)
+
+# Distinct from any server default, so a setting left behind shows.
+_BOUNDS: dict[str, Any] = {"statement_timeout": 1.5, "lock_timeout": 0.75}
+
+
+def _admin(statement: sql.Composed, params: tuple[object, ...] = ()) -> int:
+    with psycopg.connect(DSN, autocommit=True) as conn:
+        cursor = conn.execute(statement, params)
+        row = cursor.fetchone() if cursor.description is not None else None
+        return 0 if row is None else int(row[0])
+
+
+def _drop(schema: str) -> None:
+    _admin(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+def _sessions_through(dsn: str, count: int) -> list[tuple[str, ...]]:
+    """The settings of ``count`` server sessions at once, seen by a plain client.
+
+    Each client holds a transaction open until all have read, so a pooler
+    in transaction mode must give each a server connection of its own:
+    with ``count`` at least the pooler's pool size, every one it has.
+    """
+    query = sql.SQL("SELECT {}").format(
+        sql.SQL(", ").join(sql.SQL("current_setting({})").format(name) for name in _SETTINGS)
+    )
+    seen = []
+    with ExitStack() as stack:
+        for _ in range(count):
+            conn = stack.enter_context(psycopg.connect(dsn, prepare_threshold=None))
+            row = conn.execute(query).fetchone()
+            assert row is not None
+            seen.append(tuple(str(value) for value in row))
+    return seen
+
+
+async def _workload(store: PostgresMemory, tasks: int, rounds: int) -> tuple[int, int]:
+    """``tasks`` tasks doing remember, recall, forget and erase; the calls made and failed."""
+    failures: list[BaseException] = []
+    calls = 0
+
+    async def user(n: int) -> None:
+        nonlocal calls
+        end_user = f"u{n}"
+        for _ in range(rounds):
+            try:
+                kept = await store.remember("acme", end_user, "kept")
+                gone = await store.remember("acme", end_user, "gone")
+                assert await store.forget("acme", end_user, gone.id)
+                assert await store.recall("acme", end_user) == (kept,)
+                assert await store.erase("acme", end_user) == 1
+            except Exception as exc:  # noqa: BLE001 - counted, and the first one shown
+                failures.append(exc)
+            calls += 5
+
+    async with anyio.create_task_group() as group:
+        for n in range(tasks):
+            group.start_soon(user, n)
+    if failures:
+        raise AssertionError(f"{len(failures)} rounds failed, the first with {failures[0]!r}")
+    return calls, len(failures)
+
+
+# -- behind PgBouncer in transaction mode ---------------------------------
+
+
+@pytest.mark.clusters
+@pytest.mark.usefixtures("postgres_dsn")
+class TestConformanceThroughPgBouncer(MemoryStoreContract):
+    """The whole kit, on a store opened by URL through the pooler."""
+
+    max_examples: ClassVar[int] = 10
+    cancelled_calls: ClassVar[int] = 30
+    pooler: Pooler
+
+    @pytest.fixture(autouse=True)
+    def _through(self, pgbouncer: Pooler) -> None:
+        self.pooler = pgbouncer
+
+    @asynccontextmanager
+    async def open_store(self) -> AsyncIterator[MemoryStore]:
+        schema = f"psych_kit_{uuid4().hex}"
+        try:
+            async with open_url(self.pooler.url(schema=schema, max_size="8")) as store:
+                yield store
+        finally:
+            await anyio.to_thread.run_sync(_drop, schema)
+
+    async def count_stored(self, store: MemoryStore, key: MemoryKey) -> int:
+        assert isinstance(store, PostgresMemory)
+        return await anyio.to_thread.run_sync(
+            _admin,
+            sql.SQL("SELECT count(*) FROM {} WHERE tenant = %s AND end_user_id = %s").format(
+                sql.Identifier(store.schema, "memories")
+            ),
+            (key.tenant, key.end_user_id),
+        )
+
+
+@pytest.mark.clusters
+@pytest.mark.anyio
+async def test_concurrent_calls_through_pgbouncer_all_succeed_and_leave_no_setting(
+    pgbouncer: Pooler, schema: str, backdoor: Backdoor
+) -> None:
+    # Without prepare_threshold=none, psycopg prepares the statements it
+    # runs often and the pooler sends the next run to a server connection
+    # that never saw them (SQLSTATE 26000): most calls failed so.
+    defaults = await backdoor.server_defaults(*_SETTINGS)
+    url = pgbouncer.url(schema=schema, max_size="12", statement_timeout="1.5", lock_timeout="0.75")
+    async with open_url(url) as store:
+        assert isinstance(store, PostgresMemory)
+        calls, failed = await _workload(store, tasks=12, rounds=12)
+    assert (calls, failed) == (720, 0)
+    # Every server connection the pooler has (its pool holds 8) is handed
+    # to a plain client: none carries a setting of the store.
+    sessions = await anyio.to_thread.run_sync(_sessions_through, pgbouncer.dsn, 8)
+    assert sessions == [defaults] * 8
+
+
+@pytest.mark.clusters
+@pytest.mark.anyio
+async def test_the_keyword_turns_prepared_statements_off_through_pgbouncer(
+    pgbouncer: Pooler, schema: str
+) -> None:
+    async with PostgresMemory.connect(
+        pgbouncer.dsn, schema=schema, max_size=4, prepare_threshold=None
+    ) as store:
+        await store.setup()
+        calls, failed = await _workload(store, tasks=4, rounds=8)
+    assert (calls, failed) == (160, 0)
+
+
+# -- a pool of the application's, shared with other code ------------------
+
+
+@pytest.mark.anyio
+async def test_a_shared_threaded_pool_gets_its_connections_back_as_they_were(
+    postgres_dsn: str, schema: str, backdoor: Backdoor
+) -> None:
+    defaults = await backdoor.server_defaults(*_SETTINGS)
+    pool = ConnectionPool(
+        postgres_dsn, min_size=2, max_size=2, kwargs={"autocommit": True}, open=False
+    )
+    await anyio.to_thread.run_sync(partial(pool.open, wait=True))
+    try:
+        async with PostgresMemory(pool, schema=schema, **_BOUNDS) as store:
+            await store.setup()
+            await _workload(store, tasks=4, rounds=3)
+        sessions = await anyio.to_thread.run_sync(_pool_sessions, pool)
+    finally:
+        await anyio.to_thread.run_sync(pool.close)
+    assert sessions == [defaults] * 2
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@pytest.mark.anyio
+async def test_a_shared_async_pool_gets_its_connections_back_as_they_were(
+    postgres_dsn: str, schema: str, backdoor: Backdoor
+) -> None:
+    defaults = await backdoor.server_defaults(*_SETTINGS)
+    async with AsyncConnectionPool(
+        postgres_dsn, min_size=2, max_size=2, kwargs={"autocommit": True}, open=False
+    ) as pool:
+        await pool.open(wait=True)
+        async with PostgresMemory(pool, schema=schema, **_BOUNDS) as store:
+            await store.setup()
+            await _workload(store, tasks=4, rounds=3)
+        query = sql.SQL("SELECT {}").format(
+            sql.SQL(", ").join(sql.SQL("current_setting({})").format(name) for name in _SETTINGS)
+        )
+        sessions = []
+        async with pool.connection() as first, pool.connection() as second:
+            for conn in (first, second):
+                row = await (await conn.execute(query)).fetchone()
+                assert row is not None
+                sessions.append(tuple(str(value) for value in row))
+    assert sessions == [defaults] * 2
+
+
+def _pool_sessions(pool: ConnectionPool[Any]) -> list[tuple[str, ...]]:
+    # Both connections at once: every connection the pool has.
+    query = sql.SQL("SELECT {}").format(
+        sql.SQL(", ").join(sql.SQL("current_setting({})").format(name) for name in _SETTINGS)
+    )
+    seen = []
+    with pool.connection() as first, pool.connection() as second:
+        for conn in (first, second):
+            row = conn.execute(query).fetchone()
+            assert row is not None
+            seen.append(tuple(str(value) for value in row))
+    return seen
