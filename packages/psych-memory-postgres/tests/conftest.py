@@ -15,8 +15,8 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractContextManager, asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -356,3 +356,10 @@ def pgbouncer(postgres_dsn: str) -> Iterator[Pooler]:
     """A PgBouncer in transaction mode for this test session (a skip without the program)."""
     with start_pgbouncer(postgres_dsn) as pooler:
         yield pooler
+
+
+@pytest.fixture
+def start_pooler(postgres_dsn: str) -> Callable[..., AbstractContextManager[Pooler]]:
+    """`start_pgbouncer` in front of the test server, for a test's own settings."""
+    _pgbouncer_binary()
+    return partial(start_pgbouncer, postgres_dsn)

@@ -12,8 +12,8 @@ shared server behind it is the usual test server.
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
-from contextlib import ExitStack, asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractContextManager, ExitStack, asynccontextmanager
 from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar
 from uuid import uuid4
@@ -26,8 +26,8 @@ from psycopg import sql
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from psych_runtime.memory.conformance import MemoryStoreContract
-from psych_runtime.memory.port import MemoryKey, MemoryStore
-from psych_runtime.memory.postgres import PostgresMemory, open_url
+from psych_runtime.memory.port import MemoryKey, MemoryStore, store_events
+from psych_runtime.memory.postgres import PostgresMemory, StoreUnavailableError, open_url
 
 if TYPE_CHECKING:
     from conftest import Backdoor, Pooler
@@ -233,3 +233,41 @@ def _pool_sessions(pool: ConnectionPool[Any]) -> list[tuple[str, ...]]:
             assert row is not None
             seen.append(tuple(str(value) for value in row))
     return seen
+
+
+# -- the pooler's own failures ----------------------------------------------
+
+
+@pytest.mark.clusters
+@pytest.mark.anyio
+async def test_a_call_the_pooler_never_gave_a_server_changed_nothing(
+    start_pooler: Callable[..., AbstractContextManager[Pooler]], schema: str
+) -> None:
+    # Its only server connection held by another client, the pooler closes
+    # a waiting client after query_wait_timeout (08P01): the statement never
+    # reached the server, so even forget, never replayed once sent, says it
+    # changed nothing, and is replayed like any call never sent.
+    with start_pooler(default_pool_size=1, query_wait_timeout=1) as pooler:
+        async with open_url(pooler.url(schema=schema, max_size="2")) as store:
+            fact = await store.remember("acme", "u1", "kept")
+            holder = await anyio.to_thread.run_sync(_hold_the_server, pooler.dsn)
+            replays: list[object] = []
+            token = store_events.set(lambda name, attributes: replays.append(attributes))
+            try:
+                with pytest.raises(StoreUnavailableError) as caught:
+                    await store.forget("acme", "u1", fact.id)
+            finally:
+                store_events.reset(token)
+                await anyio.to_thread.run_sync(holder.close)
+            assert caught.value.may_have_taken_effect is False
+            assert "pooler" in caught.value.reason
+            assert isinstance(caught.value.__cause__, psycopg.errors.ProtocolViolation)
+            assert len(replays) == 2
+            assert await store.recall("acme", "u1") == (fact,)
+
+
+def _hold_the_server(dsn: str) -> psycopg.Connection[Any]:
+    # A transaction left open keeps the pooler's server connection lent.
+    conn = psycopg.connect(dsn, prepare_threshold=None)
+    conn.execute("SELECT 1")
+    return conn

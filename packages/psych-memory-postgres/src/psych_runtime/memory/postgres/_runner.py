@@ -11,7 +11,7 @@ Rules kept here, for every call:
 - A connection the server closed while it sat in the pool is found (at no
   round trip) and replaced, never failing a call it was not part of.
 - Each transaction gets the store's ``statement_timeout`` and
-  ``lock_timeout`` (``set_config(..., true)``, pipelined with its first
+  ``lock_timeout`` (``set_config(..., true)``, sent with its first
   statement: no round trip of its own), so no call waits unbounded and no
   connection keeps a setting of the store once the call is done: behind a
   transaction pooler, or in a pool the application shares with other
@@ -43,17 +43,26 @@ from typing import Any, Final, NoReturn, TypeAlias, TypeVar
 import anyio
 import anyio.to_thread
 import psycopg
-from psycopg import AsyncConnection, Connection
+from psycopg import (
+    AsyncClientCursor,
+    AsyncConnection,
+    AsyncCursor,
+    ClientCursor,
+    Connection,
+    Cursor,
+)
 from psycopg.errors import ReadOnlySqlTransaction
 from psycopg.pq import ConnStatus
 from psycopg.pq.abc import PGconn
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolClosed
 
 from ._errors import SchemaVersionError
+from ._translate import never_reached_server
 from ._replays import (
     ATTEMPTS,
     Call,
     Conversation,
+    Statement,
     drops_refusing_connection,
     failure,
     replay_settings,
@@ -68,10 +77,6 @@ Pool: TypeAlias = "AsyncConnectionPool[Any] | ConnectionPool[Any]"
 _T = TypeVar("_T")
 
 Bounds: TypeAlias = "tuple[bytes, tuple[str, ...]]"
-
-# libpq 14 and later can pipeline; with an older one a call that needs its
-# bounds runs in an explicit transaction (two round trips more).
-_PIPELINE: Final = psycopg.Pipeline.is_supported()
 
 
 class LazyPool:
@@ -197,21 +202,22 @@ class Runner:
                         if fresh < pool.max_size and not _alive(conn.pgconn):
                             continue
                         used = conn
-                        bounds = self._bounds
-                        transaction = call.transaction or (bounds is not None and not _PIPELINE)
                         call.sent = True
-                        sent = not transaction
-                        if transaction:
+                        sent = not call.transaction
+                        if call.transaction:
                             async with conn.transaction():
                                 result = await _converse_async(
-                                    conn, call.conversation(), bounds, each=False
+                                    conn, call.conversation(), self._bounds, each=False
                                 )
                                 sent = True
                         else:
-                            result = await _converse_async(conn, call.conversation(), bounds, each=True)
+                            result = await _converse_async(
+                                conn, call.conversation(), self._bounds, each=True
+                            )
                         return result
             except psycopg.Error as exc:
                 broken = used is not None and used.broken
+                sent = sent and not never_reached_server(exc)
                 if not replays(call, exc, broken=broken, sent=sent, attempt=attempt):
                     self._fail(call, exc, broken=broken, sent=sent)
         raise AssertionError("unreachable: the last attempt raises")  # pragma: no cover
@@ -230,21 +236,22 @@ class Runner:
                         if fresh < pool.max_size and not _alive(conn.pgconn):
                             continue
                         used = conn
-                        bounds = self._bounds
-                        transaction = call.transaction or (bounds is not None and not _PIPELINE)
                         call.sent = True
-                        sent = not transaction
-                        if transaction:
+                        sent = not call.transaction
+                        if call.transaction:
                             with conn.transaction():
                                 result = _converse_sync(
-                                    conn, call.conversation(), bounds, each=False
+                                    conn, call.conversation(), self._bounds, each=False
                                 )
                                 sent = True
                         else:
-                            result = _converse_sync(conn, call.conversation(), bounds, each=True)
+                            result = _converse_sync(
+                                conn, call.conversation(), self._bounds, each=True
+                            )
                         return result
             except psycopg.Error as exc:
                 broken = used is not None and used.broken
+                sent = sent and not never_reached_server(exc)
                 if not replays(call, exc, broken=broken, sent=sent, attempt=attempt):
                     self._fail(call, exc, broken=broken, sent=sent)
         raise AssertionError("unreachable: the last attempt raises")  # pragma: no cover
@@ -381,27 +388,17 @@ async def _converse_async(
 ) -> _T:
     # ``bounds`` go with the first statement, or with each (in autocommit,
     # where every statement is a transaction of its own).
-    async with conn.cursor() as cursor:
+    async with conn.cursor() as plain:
         statement = next(conversation)
         while True:
             try:
-                if bounds is None:
-                    await cursor.execute(statement[0], statement[1])
-                elif _PIPELINE:
-                    # One round trip: the pipeline's single Sync makes both
-                    # statements one transaction, which the bounds last.
-                    async with conn.pipeline():
-                        await cursor.execute(*bounds)
-                        await cursor.execute(statement[0], statement[1])
-                else:
-                    await cursor.execute(*bounds)
-                    await cursor.execute(statement[0], statement[1])
-                if not each:
-                    bounds = None
+                cursor = await _execute_async(conn, plain, statement, bounds)
             except ReadOnlySqlTransaction:
                 if drops_refusing_connection(conn.info.transaction_status):
                     await conn.close()
                 raise
+            if not each:
+                bounds = None
             rows = await cursor.fetchall() if cursor.description is not None else []
             try:
                 statement = conversation.send((rows, cursor.rowcount))
@@ -410,38 +407,83 @@ async def _converse_async(
                 return result
 
 
+async def _execute_async(
+    conn: AsyncConnection[Any],
+    cursor: AsyncCursor[Any],
+    statement: Statement,
+    bounds: Bounds | None,
+) -> AsyncCursor[Any]:
+    # Runs the statement, after its bounds if any, in one round trip; the
+    # cursor returned holds the statement's result. See `_bounded`.
+    if bounds is None:
+        await cursor.execute(statement[0], statement[1])
+        return cursor
+    if conn.prepare_threshold is None:
+        client = AsyncClientCursor(conn)
+        await client.execute(*_bounded(bounds, statement, conn))
+        client.nextset()
+        return client
+    async with conn.pipeline():
+        await cursor.execute(*bounds)
+        await cursor.execute(statement[0], statement[1])
+    return cursor
+
+
 def _converse_sync(
     conn: Connection[Any], conversation: Conversation[_T], bounds: Bounds | None, *, each: bool
 ) -> _T:
-    # ``bounds`` go with the first statement, or with each (in autocommit,
-    # where every statement is a transaction of its own).
-    with conn.cursor() as cursor:
+    with conn.cursor() as plain:
         statement = next(conversation)
         while True:
             try:
-                if bounds is None:
-                    cursor.execute(statement[0], statement[1])
-                elif _PIPELINE:
-                    # One round trip: the pipeline's single Sync makes both
-                    # statements one transaction, which the bounds last.
-                    with conn.pipeline():
-                        cursor.execute(*bounds)
-                        cursor.execute(statement[0], statement[1])
-                else:
-                    cursor.execute(*bounds)
-                    cursor.execute(statement[0], statement[1])
-                if not each:
-                    bounds = None
+                cursor = _execute_sync(conn, plain, statement, bounds)
             except ReadOnlySqlTransaction:
                 if drops_refusing_connection(conn.info.transaction_status):
                     conn.close()
                 raise
+            if not each:
+                bounds = None
             rows = cursor.fetchall() if cursor.description is not None else []
             try:
                 statement = conversation.send((rows, cursor.rowcount))
             except StopIteration as done:
                 result: _T = done.value
                 return result
+
+
+def _execute_sync(
+    conn: Connection[Any], cursor: Cursor[Any], statement: Statement, bounds: Bounds | None
+) -> Cursor[Any]:
+    if bounds is None:
+        cursor.execute(statement[0], statement[1])
+        return cursor
+    if conn.prepare_threshold is None:
+        client = ClientCursor(conn)
+        client.execute(*_bounded(bounds, statement, conn))
+        client.nextset()
+        return client
+    with conn.pipeline():
+        cursor.execute(*bounds)
+        cursor.execute(statement[0], statement[1])
+    return cursor
+
+
+def _bounded(
+    bounds: Bounds, statement: Statement, conn: AsyncConnection[Any] | Connection[Any]
+) -> tuple[bytes, tuple[object, ...]]:
+    # Both statements must be one transaction, which the bounds last, and
+    # cost one round trip. A connection that may prepare statements sends
+    # them in a pipeline with one Sync (psycopg's extended protocol, values
+    # bound by the server, prepared once run often). One that never
+    # prepares (behind a pooler in transaction mode) sends them as one
+    # query of the simple protocol, values bound by the client: the
+    # pipeline would cost it as much, and loses the message a pooler sends
+    # as it closes the connection (such as PgBouncer's query_wait_timeout,
+    # which says the statement reached no server).
+    text, params = statement
+    if not isinstance(text, bytes):
+        text = text.as_bytes(conn)
+    return bounds[0] + b"; " + text, (*bounds[1], *params)
 
 
 def _alive(pgconn: PGconn) -> bool:

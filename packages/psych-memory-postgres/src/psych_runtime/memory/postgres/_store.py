@@ -114,8 +114,8 @@ class PostgresMemory(MemoryStore):
     exception never escapes bare; it is the ``__cause__``.
 
     Time bounds: every transaction of the store gets ``statement_timeout``
-    and ``lock_timeout`` (``set_config(..., true)``, pipelined with its
-    first statement), so no server session keeps a setting of the store
+    and ``lock_timeout`` (``set_config(..., true)``, sent with its
+    first statement, in the same round trip), so no server session keeps a setting of the store
     once a call is done: behind a transaction pooler, or in a pool shared
     with other code, the session goes back as the store found it. Waiting
     for a connection is bounded by the pool's own timeout. A call exceeding a bound raises `StoreUnavailableError` with
