@@ -314,7 +314,7 @@ def start_pgbouncer(server_dsn: str, **settings: object) -> Iterator[Pooler]:
     if as_root:
         for written in folder.iterdir():
             shutil.chown(written, "postgres")
-    process = subprocess.Popen(  # noqa: S603 - our own arguments
+    process = subprocess.Popen(
         [binary, str(folder / "pgbouncer.ini")],
         user="postgres" if as_root else None,
         stdout=subprocess.DEVNULL,

@@ -149,8 +149,8 @@ async def test_the_bounds_leave_nothing_on_the_stores_connections(
         await store.restore_many([replace(fact, id="0" * 32)])
         await store.forget("acme", "u1", fact.id)
         await store.erase("acme", "u1")
-        settings = await backdoor.settings_of(store, "statement_timeout", "lock_timeout", "TimeZone")
-        assert settings == defaults
+        names = ("statement_timeout", "lock_timeout", "TimeZone")
+        assert await backdoor.settings_of(store, *names) == defaults
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,6 @@ from psych_runtime.memory.postgres import (
     StoreUnavailableError,
     open_url,
 )
-
 from psych_runtime.memory.postgres._url import parse_url
 
 if TYPE_CHECKING:
@@ -139,6 +138,7 @@ async def test_prepare_threshold_reaches_the_pools_connections(
         assert isinstance(store, PostgresMemory)
         await store.recall("acme", "u1")
         pool = store.pool
+        assert isinstance(pool.kwargs, dict)
         assert pool.kwargs["prepare_threshold"] == threshold
         if isinstance(pool, AsyncConnectionPool):
             async with pool.connection() as conn:
@@ -149,7 +149,8 @@ async def test_prepare_threshold_reaches_the_pools_connections(
 
 def _threshold_of(pool: ConnectionPool[Any]) -> int | None:
     with pool.connection() as conn:
-        return conn.prepare_threshold
+        threshold: int | None = conn.prepare_threshold
+        return threshold
 
 
 def test_prepare_threshold_defaults_to_psycopgs() -> None:

@@ -38,7 +38,7 @@ from contextlib import (
     asynccontextmanager,
     contextmanager,
 )
-from typing import Any, Final, NoReturn, TypeAlias, TypeVar
+from typing import Any, NoReturn, TypeAlias, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -57,7 +57,6 @@ from psycopg.pq.abc import PGconn
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolClosed
 
 from ._errors import SchemaVersionError
-from ._translate import never_reached_server
 from ._replays import (
     ATTEMPTS,
     Call,
@@ -68,6 +67,7 @@ from ._replays import (
     replay_settings,
     replays,
 )
+from ._translate import never_reached_server
 
 __all__ = ["Bounds", "LazyPool", "Pool", "Runner", "bounds_statement", "running_loop"]
 
@@ -507,11 +507,8 @@ def bounds_statement(statement_timeout: float | None, lock_timeout: float | None
     server session keeps none of it. A bound given as ``None`` is left as
     the session has it.
     """
-    given = [
-        (name, seconds)
-        for name, seconds in (("statement_timeout", statement_timeout), ("lock_timeout", lock_timeout))
-        if seconds is not None
-    ]
+    named = (("statement_timeout", statement_timeout), ("lock_timeout", lock_timeout))
+    given = [(name, seconds) for name, seconds in named if seconds is not None]
     if not given:
         return None
     text = ", ".join(f"set_config('{name}', %s, true)" for name, _ in given)

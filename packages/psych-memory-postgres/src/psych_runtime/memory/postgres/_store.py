@@ -114,11 +114,12 @@ class PostgresMemory(MemoryStore):
     exception never escapes bare; it is the ``__cause__``.
 
     Time bounds: every transaction of the store gets ``statement_timeout``
-    and ``lock_timeout`` (``set_config(..., true)``, sent with its
-    first statement, in the same round trip), so no server session keeps a setting of the store
-    once a call is done: behind a transaction pooler, or in a pool shared
-    with other code, the session goes back as the store found it. Waiting
-    for a connection is bounded by the pool's own timeout. A call exceeding a bound raises `StoreUnavailableError` with
+    and ``lock_timeout`` (``set_config(..., true)``, sent with its first
+    statement, in the same round trip), so no server session keeps a
+    setting of the store once a call is done: behind a transaction pooler,
+    or in a pool shared with other code, the session goes back as the store
+    found it. Waiting for a connection is bounded by the pool's own
+    timeout. A call exceeding a bound raises `StoreUnavailableError` with
     ``may_have_taken_effect=False``: PostgreSQL rolled the statement back.
 
     Connection faults: a connection the server closed while idle in the pool
@@ -218,10 +219,11 @@ class PostgresMemory(MemoryStore):
         """Open a store with a pool of its own; close both on exit.
 
         Its connections are in autocommit mode, and the store sets nothing on
-        their sessions (see `PostgresMemory`). One connection is tried first: when the server refuses it (a
-        wrong password, a role or database that does not exist, a bad
-        option), opening fails at once with the server's words rather than
-        after ``pool_timeout``. Opening creates nothing: `setup` does.
+        their sessions (see `PostgresMemory`). One connection is tried
+        first: when the server refuses it (a wrong password, a role or
+        database that does not exist, a bad option), opening fails at once
+        with the server's words rather than after ``pool_timeout``. Opening
+        creates nothing: `setup` does.
 
         Opened on asyncio, the pool is psycopg's asynchronous pool,
         used with no thread hop on the loop that opened it; calls from any
@@ -290,9 +292,7 @@ class PostgresMemory(MemoryStore):
         # On asyncio: psycopg's asynchronous pool, no thread hop. Calls from
         # another event loop (a thread running its own) get a synchronous
         # pool of the same settings, opened only if that ever happens.
-        fallback = LazyPool(
-            partial(ConnectionPool, conninfo, **options), pool_timeout
-        )
+        fallback = LazyPool(partial(ConnectionPool, conninfo, **options), pool_timeout)
         store = cls(
             AsyncConnectionPool(conninfo, **options),
             schema=schema,
