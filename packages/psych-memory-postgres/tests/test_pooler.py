@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractContextManager, ExitStack, asynccontextmanager
+from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar
 from uuid import uuid4
@@ -270,4 +271,44 @@ def _hold_the_server(dsn: str) -> psycopg.Connection[Any]:
     # A transaction left open keeps the pooler's server connection lent.
     conn = psycopg.connect(dsn, prepare_threshold=None)
     conn.execute("SELECT 1")
+    return conn
+
+
+# -- a store that never prepares, without a pooler --------------------------
+
+
+@pytest.mark.anyio
+async def test_a_store_that_never_prepares_keeps_every_bound_and_rule(
+    postgres_dsn: str, schema: str, backdoor: Backdoor
+) -> None:
+    # With prepare_threshold=None each bound goes with its statement as one
+    # query of the simple protocol: the bounds must still hold, and every
+    # statement (the first of a transaction included) must still work.
+    async with PostgresMemory.connect(
+        postgres_dsn, schema=schema, max_size=2, prepare_threshold=None, lock_timeout=0.3
+    ) as store:
+        await store.setup()
+        await backdoor.load("big", 2_500)
+        fact = await store.remember("acme", "u1", "kept")
+        assert await store.restore_many([replace(fact, id="1" * 32, content="restored")]) == 1
+        assert [m.content for m in await store.recall("acme", "u1")] == ["kept", "restored"]
+        assert await store.erase("acme", "big") == 2_500
+        locked = await anyio.to_thread.run_sync(_lock_table, postgres_dsn, backdoor.table)
+        try:
+            with anyio.fail_after(30), pytest.raises(StoreUnavailableError) as caught:
+                await store.forget("acme", "u1", fact.id)
+        finally:
+            await anyio.to_thread.run_sync(locked.close)
+        assert "lock_timeout" in caught.value.reason
+        assert caught.value.may_have_taken_effect is False
+        assert await store.forget("acme", "u1", fact.id)
+        # The session keeps none of it.
+        assert await backdoor.settings_of(store, "lock_timeout") == (
+            await backdoor.server_defaults("lock_timeout")
+        )
+
+
+def _lock_table(dsn: str, table: sql.Identifier) -> psycopg.Connection[Any]:
+    conn = psycopg.connect(dsn)
+    conn.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(table))
     return conn

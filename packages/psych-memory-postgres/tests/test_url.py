@@ -100,7 +100,8 @@ async def test_setup_never_only_checks_and_creates_nothing(
         ("max_size=0", "'max_size' must be a whole number >= 1"),
         ("min_size=5&max_size=2", "'min_size' must not exceed 'max_size'"),
         ("pool_timeout=-1", "'pool_timeout' must be a positive number"),
-        ("statement_timeout=nan", "'statement_timeout' must be a positive number"),
+        ("statement_timeout=nan", "'statement_timeout' must be a positive number of seconds or"),
+        ("statement_timeout=nothing", "'statement_timeout' must be a positive number"),
         ("lock_timeout=inf", "'lock_timeout' must be a positive number"),
         ("setup=maybe", "'setup' must be one of: auto, never"),
         ("prepare_threshold=-1", "'prepare_threshold' must be a whole number >= 0 or 'none'"),
@@ -151,6 +152,13 @@ def _threshold_of(pool: ConnectionPool[Any]) -> int | None:
     with pool.connection() as conn:
         threshold: int | None = conn.prepare_threshold
         return threshold
+
+
+def test_either_bound_may_be_left_to_the_server() -> None:
+    options = parse_url("postgresql:///app?statement_timeout=none&lock_timeout=None")
+    assert (options.statement_timeout, options.lock_timeout) == (None, None)
+    options = parse_url("postgresql:///app?lock_timeout=none")
+    assert (options.statement_timeout, options.lock_timeout) == (5.0, None)
 
 
 def test_prepare_threshold_defaults_to_psycopgs() -> None:

@@ -44,8 +44,8 @@ class UrlOptions:
     min_size: int = 1
     max_size: int = 10
     pool_timeout: float = DEFAULT_POOL_TIMEOUT
-    statement_timeout: float = DEFAULT_STATEMENT_TIMEOUT
-    lock_timeout: float = DEFAULT_LOCK_TIMEOUT
+    statement_timeout: float | None = DEFAULT_STATEMENT_TIMEOUT
+    lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT
     setup: str = "auto"
     prepare_threshold: int | None = DEFAULT_PREPARE_THRESHOLD
 
@@ -122,7 +122,8 @@ async def open_url(url: str, *, create: bool = True) -> AsyncIterator[PostgresMe
     The URL is libpq's, plus these options in its query string (taken out
     before libpq sees it): ``schema`` (default ``psych_memory``),
     ``min_size`` (1), ``max_size`` (10), ``pool_timeout`` (seconds, 30),
-    ``statement_timeout`` (seconds, 5), ``lock_timeout`` (seconds, 2) and
+    ``statement_timeout`` (seconds, 5), ``lock_timeout`` (seconds, 2; either
+    bound ``none`` to leave the server's setting, such as the role's) and
     ``setup``: ``auto`` (the default) creates the tables if missing and
     upgrades them if older, and writes nothing when they are current;
     ``never`` only checks the version, for databases where only a DBA may
@@ -202,6 +203,17 @@ def _seconds(name: str, value: str) -> float:
         raise ValueError(f"url option {name!r} must be a positive number of seconds") from None
 
 
+def _bound(name: str, value: str) -> float | None:
+    if value.lower() == "none":
+        return None
+    try:
+        return validate_seconds(float(value), name)
+    except ValueError:
+        raise ValueError(
+            f"url option {name!r} must be a positive number of seconds or 'none'"
+        ) from None
+
+
 def _schema(name: str, value: str) -> str:
     try:
         return validate_schema_name(value)
@@ -228,8 +240,8 @@ _READERS: Final[dict[str, Callable[[str, str], object]]] = {
     "min_size": _size(0),
     "max_size": _size(1),
     "pool_timeout": _seconds,
-    "statement_timeout": _seconds,
-    "lock_timeout": _seconds,
+    "statement_timeout": _bound,
+    "lock_timeout": _bound,
     "setup": _setup,
     "prepare_threshold": _threshold,
 }
