@@ -196,6 +196,18 @@ class Backdoor:
                 return
             await anyio.sleep(0.01)
 
+    async def terminate_pooled(self, pooler: Pooler) -> int:
+        """Terminate every server connection of the pooler, and wait until they are gone."""
+        pids = await anyio.to_thread.run_sync(pooler.server_pids)
+        rows = await self.query(
+            sql.SQL(
+                "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid, 10000))"
+                " FROM unnest(%s::int[]) AS pid"
+            ),
+            (pids,),
+        )
+        return int(rows[0][0])
+
     async def terminate(self, application_name: str) -> int:
         """Terminate every backend serving that application, and wait until they are gone."""
         rows = await self.query(
@@ -236,6 +248,16 @@ class Pooler:
     def dsn(self) -> str:
         """The pooler's address, for the same database and role as the server's."""
         return f"postgresql://{self.user}@127.0.0.1:{self.port}/{self.dbname}"
+
+    def server_pids(self) -> list[int]:
+        """The server process ids of the pooler's server connections, from its admin console."""
+        admin = f"postgresql://{self.user}@127.0.0.1:{self.port}/pgbouncer"
+        # The console speaks the simple protocol only: a client-side cursor.
+        with psycopg.connect(admin, autocommit=True, cursor_factory=psycopg.ClientCursor) as conn:
+            cursor = conn.execute("SHOW SERVERS")
+            assert cursor.description is not None
+            column = [c.name for c in cursor.description].index("remote_pid")
+            return [int(row[column]) for row in cursor.fetchall()]
 
     def url(self, **options: str) -> str:
         """A store URL through the pooler, prepared statements off unless ``options`` say."""
@@ -303,6 +325,7 @@ def start_pgbouncer(server_dsn: str, **settings: object) -> Iterator[Pooler]:
         "max_client_conn": 500,
         "logfile": folder / "pgbouncer.log",
         "pidfile": "",
+        "admin_users": user,
         **settings,
     }
     target = f"host={server.get('host', '127.0.0.1')} port={server.get('port', 5432)}"

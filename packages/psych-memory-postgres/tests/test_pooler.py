@@ -241,6 +241,67 @@ def _pool_sessions(pool: ConnectionPool[Any]) -> list[tuple[str, ...]]:
 
 @pytest.mark.clusters
 @pytest.mark.anyio
+async def test_backends_terminated_behind_pgbouncer_cost_no_remember_or_recall(
+    pgbouncer: Pooler, schema: str, backdoor: Backdoor
+) -> None:
+    # As directly: the server connections behind the pooler are terminated
+    # again and again while calls run. A call whose server connection dies
+    # under it (PgBouncer closes the client too) is replayed; one that was
+    # idle is replaced by the pooler unseen. No call fails, every fact is
+    # stored exactly once, in order.
+    workers, rounds, steps_between = 12, 4, 40
+    progress = [0]
+    moved = anyio.Event()
+    finished = anyio.Event()
+    killed: list[int] = []
+    stored: dict[str, list[Any]] = {}
+
+    async def run(user: str) -> None:
+        nonlocal moved
+        n = 0
+        while not finished.is_set():
+            fact = await store.remember("acme", user, f"{user}-{n}")
+            stored.setdefault(user, []).append(fact)
+            assert await store.recall("acme", user, limit=3) == tuple(stored[user][:3])
+            n += 1
+            progress[0] += 1
+            moved.set()
+
+    async def terminator() -> None:
+        nonlocal moved
+        # Each round waits for the calls to have moved on (paced by
+        # progress, not by a clock), so server connections are in use.
+        for _ in range(rounds):
+            start = progress[0]
+            while progress[0] < start + steps_between:
+                moved = anyio.Event()
+                await moved.wait()
+            killed.append(await backdoor.terminate_pooled(pgbouncer))
+        finished.set()
+
+    url = pgbouncer.url(schema=schema, max_size="8")
+    replays: list[object] = []
+    with anyio.fail_after(120):
+        async with open_url(url) as store:
+            token = store_events.set(lambda name, attributes: replays.append(attributes))
+            try:
+                async with anyio.create_task_group() as tasks:
+                    tasks.start_soon(terminator)
+                    for number in range(workers):
+                        tasks.start_soon(run, f"user-{number}")
+            finally:
+                store_events.reset(token)
+            assert min(killed) >= 1
+            # Calls were in flight when their server connections died (a
+            # run here replays 10 to 30 of them), and none failed.
+            assert replays
+            for user, facts in stored.items():
+                assert await store.recall("acme", user) == tuple(facts)
+                assert await backdoor.count("acme", user) == len(facts)
+
+
+@pytest.mark.clusters
+@pytest.mark.anyio
 async def test_a_call_the_pooler_never_gave_a_server_changed_nothing(
     start_pooler: Callable[..., AbstractContextManager[Pooler]], schema: str
 ) -> None:
