@@ -373,3 +373,38 @@ def _lock_table(dsn: str, table: sql.Identifier) -> psycopg.Connection[Any]:
     conn = psycopg.connect(dsn)
     conn.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(table))
     return conn
+
+
+@pytest.mark.anyio
+async def test_bounds_given_as_none_leave_the_sessions_own(
+    postgres_dsn: str, schema: str, backdoor: Backdoor
+) -> None:
+    # The application's pool sets lock_timeout on its sessions (as a role
+    # setting would); a store told to leave the bounds uses that one.
+    pool = ConnectionPool(
+        postgres_dsn,
+        min_size=1,
+        max_size=1,
+        kwargs={"autocommit": True, "options": "-c lock_timeout=300"},
+        open=False,
+    )
+    await anyio.to_thread.run_sync(partial(pool.open, wait=True))
+    try:
+        async with PostgresMemory(
+            pool, schema=schema, statement_timeout=None, lock_timeout=None
+        ) as store:
+            await store.setup()
+            fact = await store.remember("acme", "u1", "kept")
+            locked = await anyio.to_thread.run_sync(_lock_table, postgres_dsn, backdoor.table)
+            try:
+                with anyio.fail_after(30), pytest.raises(StoreUnavailableError) as caught:
+                    await store.forget("acme", "u1", fact.id)
+            finally:
+                await anyio.to_thread.run_sync(locked.close)
+            assert "lock_timeout" in caught.value.reason
+            assert await backdoor.settings_of(store, "lock_timeout", "statement_timeout") == (
+                "300ms",
+                (await backdoor.server_defaults("statement_timeout"))[0],
+            )
+    finally:
+        await anyio.to_thread.run_sync(pool.close)
