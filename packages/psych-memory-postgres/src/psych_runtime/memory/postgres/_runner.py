@@ -78,6 +78,8 @@ _T = TypeVar("_T")
 
 Bounds: TypeAlias = "tuple[bytes, tuple[str, ...]]"
 
+_FATAL: Final = frozenset({"FATAL", "PANIC"})
+
 
 class LazyPool:
     """A synchronous pool opened on first use, from any thread, at most once."""
@@ -216,7 +218,7 @@ class Runner:
                             )
                         return result
             except psycopg.Error as exc:
-                broken = used is not None and used.broken
+                broken = used is not None and (used.broken or _session_ended(exc))
                 sent = sent and not never_reached_server(exc)
                 if not replays(call, exc, broken=broken, sent=sent, attempt=attempt):
                     self._fail(call, exc, broken=broken, sent=sent)
@@ -250,7 +252,7 @@ class Runner:
                             )
                         return result
             except psycopg.Error as exc:
-                broken = used is not None and used.broken
+                broken = used is not None and (used.broken or _session_ended(exc))
                 sent = sent and not never_reached_server(exc)
                 if not replays(call, exc, broken=broken, sent=sent, attempt=attempt):
                     self._fail(call, exc, broken=broken, sent=sent)
@@ -484,6 +486,21 @@ def _bounded(
     if not isinstance(text, bytes):
         text = text.as_bytes(conn)
     return bounds[0] + b"; " + text, (*bounds[1], *params)
+
+
+def _session_ended(exc: BaseException) -> bool:
+    # A FATAL (or PANIC) error from the server ends its session: the
+    # connection is gone even if libpq has not read the end of the stream
+    # yet. In a pipeline psycopg then reports its own failure to leave
+    # pipeline mode, with the server's error as its context.
+    seen: BaseException | None = exc
+    for _ in range(3):
+        if seen is None:
+            break
+        if isinstance(seen, psycopg.Error) and seen.diag.severity_nonlocalized in _FATAL:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def _alive(pgconn: PGconn) -> bool:
