@@ -38,7 +38,7 @@ from contextlib import (
     asynccontextmanager,
     contextmanager,
 )
-from typing import Any, NoReturn, TypeAlias, TypeVar
+from typing import Any, Final, NoReturn, TypeAlias, TypeVar
 
 import anyio
 import anyio.to_thread
