@@ -7,16 +7,25 @@ the tests without a server and fails them under ``CI=true``.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractContextManager, asynccontextmanager, contextmanager
+from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from pathlib import Path
+from typing import Any, NoReturn
 
 import anyio.to_thread
 import psycopg
 import pytest
 from psycopg import sql
-from psycopg.conninfo import make_conninfo
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from psych_runtime.memory.postgres import DEFAULT_STATEMENT_TIMEOUT, PostgresMemory
@@ -124,11 +133,14 @@ class Backdoor:
         finally:
             await anyio.to_thread.run_sync(pool.close)
 
+    async def server_defaults(self, *names: str) -> tuple[str, ...]:
+        """Settings as a fresh session of the server has them."""
+        rows = await self.query(_settings_query(names))
+        return tuple(str(value) for value in rows[0])
+
     async def settings_of(self, store: PostgresMemory, *names: str) -> tuple[str, ...]:
         """Settings of a connection of the store's pool (one it has used, when it has one)."""
-        query = sql.SQL("SELECT {}").format(
-            sql.SQL(", ").join(sql.SQL("current_setting({})").format(name) for name in names)
-        )
+        query = _settings_query(names)
         pool = store.pool
         if isinstance(pool, AsyncConnectionPool):
             async with pool.connection() as conn:
@@ -158,6 +170,18 @@ class Backdoor:
                 return
             await anyio.sleep(0.01)
 
+    async def terminate_pooled(self, pooler: Pooler) -> int:
+        """Terminate every server connection of the pooler, and wait until they are gone."""
+        pids = await anyio.to_thread.run_sync(pooler.server_pids)
+        rows = await self.query(
+            sql.SQL(
+                "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid, 10000))"
+                " FROM unnest(%s::int[]) AS pid"
+            ),
+            (pids,),
+        )
+        return int(rows[0][0])
+
     async def terminate(self, application_name: str) -> int:
         """Terminate every backend serving that application, and wait until they are gone."""
         rows = await self.query(
@@ -174,3 +198,165 @@ class Backdoor:
 def backdoor(postgres_dsn: str, schema: str) -> Backdoor:
     """The back door into the schema of the test's store."""
     return Backdoor(postgres_dsn, schema)
+
+
+def _settings_query(names: tuple[str, ...]) -> sql.Composed:
+    return sql.SQL("SELECT {}").format(
+        sql.SQL(", ").join(sql.SQL("current_setting({})").format(name) for name in names)
+    )
+
+
+# -- a private PgBouncer in transaction mode --------------------------------
+
+
+@dataclass
+class Pooler:
+    """A PgBouncer of our own in transaction mode, in front of the test server."""
+
+    port: int
+    dbname: str
+    user: str
+    folder: Path
+
+    @property
+    def dsn(self) -> str:
+        """The pooler's address, for the same database and role as the server's."""
+        return f"postgresql://{self.user}@127.0.0.1:{self.port}/{self.dbname}"
+
+    def server_pids(self) -> list[int]:
+        """The server process ids of the pooler's server connections, from its admin console."""
+        admin = f"postgresql://{self.user}@127.0.0.1:{self.port}/pgbouncer"
+        # The console speaks the simple protocol only: a client-side cursor.
+        with psycopg.connect(admin, autocommit=True, cursor_factory=psycopg.ClientCursor) as conn:
+            cursor = conn.execute("SHOW SERVERS")
+            assert cursor.description is not None
+            column = [c.name for c in cursor.description].index("remote_pid")
+            return [int(row[column]) for row in cursor.fetchall()]
+
+    def url(self, **options: str) -> str:
+        """A store URL through the pooler, prepared statements off unless ``options`` say."""
+        query = "&".join(f"{name}={value}" for name, value in {
+            "prepare_threshold": "none", **options}.items())  # fmt: skip
+        return f"{self.dsn}?{query}"
+
+
+def _pgbouncer_binary(unavailable: Callable[[str], NoReturn]) -> str:
+    """The pgbouncer program, or `unavailable`."""
+    found = shutil.which("pgbouncer") or shutil.which("pgbouncer", path="/usr/sbin:/usr/local/sbin")
+    if found is None:
+        unavailable(
+            "cannot start a private PgBouncer: pgbouncer is not installed"
+            " (Debian: apt-get install pgbouncer)"
+        )
+    if os.geteuid() == 0 and not _has_user("postgres"):
+        unavailable(
+            "cannot start a private PgBouncer: running as root, and there is no"
+            " 'postgres' user to run pgbouncer as"
+        )
+    return found
+
+
+def _has_user(name: str) -> bool:
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        return False
+    return True
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@contextmanager
+def start_pgbouncer(binary: str, server_dsn: str, **settings: object) -> Iterator[Pooler]:
+    """Run a PgBouncer in transaction mode in front of ``server_dsn``; stop it on exit.
+
+    ``settings`` are added to (or replace) its ``[pgbouncer]`` section. It
+    runs as ``postgres`` when the tests run as root (it refuses root), on a
+    free local port, with its files in a temporary folder removed on exit.
+    """
+    server = conninfo_to_dict(server_dsn)
+    dbname = str(server.get("dbname", "postgres"))
+    user = str(server.get("user", "postgres"))
+    folder = Path(tempfile.mkdtemp(prefix="psych-pooler-"))
+    as_root = os.geteuid() == 0
+    if as_root:
+        shutil.chown(folder, "postgres")
+    port = _free_port()
+    section = {
+        "listen_addr": "127.0.0.1",
+        "listen_port": port,
+        "unix_socket_dir": "",
+        "auth_type": "trust",
+        "auth_file": folder / "users.txt",
+        "pool_mode": "transaction",
+        "default_pool_size": 8,
+        "max_client_conn": 500,
+        "logfile": folder / "pgbouncer.log",
+        "pidfile": "",
+        "admin_users": user,
+        **settings,
+    }
+    target = f"host={server.get('host', '127.0.0.1')} port={server.get('port', 5432)}"
+    (folder / "users.txt").write_text(f'"{user}" ""\n')
+    (folder / "pgbouncer.ini").write_text(
+        f"[databases]\n{dbname} = {target} dbname={dbname}\n\n[pgbouncer]\n"
+        + "".join(f"{name} = {value}\n" for name, value in section.items())
+    )
+    if as_root:
+        for written in folder.iterdir():
+            shutil.chown(written, "postgres")
+    process = subprocess.Popen(
+        [binary, str(folder / "pgbouncer.ini")],
+        user="postgres" if as_root else None,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        pooler = Pooler(port, dbname, user, folder)
+        _wait_until_serving(pooler, process)
+        yield pooler
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _wait_until_serving(pooler: Pooler, process: subprocess.Popen[bytes]) -> None:
+    # PgBouncer announces nowhere that it listens: a connection is tried
+    # every 10 ms until one answers, or the process ends.
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            with psycopg.connect(pooler.dsn, connect_timeout=2, prepare_threshold=None) as conn:
+                conn.execute("SELECT 1")
+                return
+        except psycopg.OperationalError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                log = pooler.folder / "pgbouncer.log"
+                said = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+                raise RuntimeError(f"pgbouncer did not start: {said}") from None
+            time.sleep(0.01)
+
+
+@pytest.fixture(scope="session")
+def pgbouncer(postgres_dsn: str, unavailable: Callable[[str], NoReturn]) -> Iterator[Pooler]:
+    """A PgBouncer in transaction mode for this test session (`unavailable` without it)."""
+    with start_pgbouncer(_pgbouncer_binary(unavailable), postgres_dsn) as pooler:
+        yield pooler
+
+
+@pytest.fixture
+def start_pooler(
+    postgres_dsn: str, unavailable: Callable[[str], NoReturn]
+) -> Callable[..., AbstractContextManager[Pooler]]:
+    """`start_pgbouncer` in front of the test server, for a test's own settings."""
+    return partial(start_pgbouncer, _pgbouncer_binary(unavailable), postgres_dsn)

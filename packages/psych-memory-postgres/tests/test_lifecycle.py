@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 from uuid import uuid4
 
@@ -132,16 +133,24 @@ async def test_a_call_blocked_past_its_bound_fails_and_changed_nothing(
         assert await store.recall("acme", "u1") == (fact,)
 
 
-async def test_the_bounds_are_set_on_the_stores_connections(
+async def test_the_bounds_leave_nothing_on_the_stores_connections(
     postgres_dsn: str, schema: str, backdoor: Backdoor
 ) -> None:
+    # Set for each transaction only: a connection handed on afterwards (by
+    # a pooler, or a pool shared with other code) carries the server's own
+    # settings, whatever the store did on it.
+    defaults = await backdoor.server_defaults("statement_timeout", "lock_timeout", "TimeZone")
     async with PostgresMemory.connect(
         postgres_dsn, schema=schema, statement_timeout=1.5, lock_timeout=0.25, max_size=1
     ) as store:
         await store.setup()
+        fact = await store.remember("acme", "u1", "kept")
         await store.recall("acme", "u1")
-        settings = await backdoor.settings_of(store, "statement_timeout", "lock_timeout")
-        assert settings == ("1500ms", "250ms")
+        await store.restore_many([replace(fact, id="0" * 32)])
+        await store.forget("acme", "u1", fact.id)
+        await store.erase("acme", "u1")
+        names = ("statement_timeout", "lock_timeout", "TimeZone")
+        assert await backdoor.settings_of(store, *names) == defaults
 
 
 @pytest.mark.parametrize(
@@ -152,6 +161,27 @@ def test_bounds_are_checked(value: object, error: type[Exception]) -> None:
     pool = ConnectionPool("postgresql://nobody@127.0.0.1:1/never", open=False)
     with pytest.raises(error, match="statement_timeout"):
         PostgresMemory(pool, statement_timeout=value)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("value", "error", "rule"),
+    [
+        (-1, ValueError, "must be a whole number >= 0"),
+        (True, TypeError, "must be an int or None, not bool"),
+        (1.5, TypeError, "must be an int or None, not float"),
+        ("none", TypeError, "must be an int or None, not str"),
+    ],
+)
+async def test_prepare_threshold_is_checked_before_anything_opens(
+    value: object, error: type[Exception], rule: str
+) -> None:
+    # The host does not exist: the check comes first.
+    with pytest.raises(error, match=f"^prepare_threshold {rule}"):
+        async with PostgresMemory.connect(
+            "postgresql://nobody@db.invalid/never",
+            prepare_threshold=value,  # type: ignore[arg-type]
+        ):
+            pytest.fail("opened")
 
 
 @pytest.mark.parametrize("operation", _OPERATIONS)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import anyio
@@ -10,6 +10,7 @@ import anyio.to_thread
 import pytest
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from psych_runtime.memory import port
 from psych_runtime.memory.postgres import (
@@ -19,6 +20,7 @@ from psych_runtime.memory.postgres import (
     StoreUnavailableError,
     open_url,
 )
+from psych_runtime.memory.postgres._url import parse_url
 
 if TYPE_CHECKING:
     from conftest import Backdoor
@@ -58,10 +60,12 @@ async def test_a_url_opens_a_ready_store_and_closes_it(
         assert await store.recall("acme", "u1") == (fact,)
         pool = store.pool
         assert (pool.min_size, pool.max_size, pool.timeout) == (1, 3, 10.0)
+        # The bounds last one transaction each: the session keeps none.
         settings = await backdoor.settings_of(
             store, "statement_timeout", "lock_timeout", "application_name"
         )
-        assert settings == ("1500ms", "500ms", name)
+        defaults = await backdoor.server_defaults("statement_timeout", "lock_timeout")
+        assert settings == (*defaults, name)
     assert store.closed
     with pytest.raises(port.StoreClosedError):
         await store.recall("acme", "u1")
@@ -96,9 +100,13 @@ async def test_setup_never_only_checks_and_creates_nothing(
         ("max_size=0", "'max_size' must be a whole number >= 1"),
         ("min_size=5&max_size=2", "'min_size' must not exceed 'max_size'"),
         ("pool_timeout=-1", "'pool_timeout' must be a positive number"),
-        ("statement_timeout=nan", "'statement_timeout' must be a positive number"),
+        ("statement_timeout=nan", "'statement_timeout' must be a positive number of seconds or"),
+        ("statement_timeout=nothing", "'statement_timeout' must be a positive number"),
         ("lock_timeout=inf", "'lock_timeout' must be a positive number"),
         ("setup=maybe", "'setup' must be one of: auto, never"),
+        ("prepare_threshold=-1", "'prepare_threshold' must be a whole number >= 0 or 'none'"),
+        ("prepare_threshold=never", "'prepare_threshold' must be a whole number >= 0 or 'none'"),
+        ("prepare_threshold=", "'prepare_threshold' must be a whole number >= 0 or 'none'"),
         ("schema=pg_private", "'schema'.*reserved"),
         ("schema=", "'schema'.*empty"),
         ("novalue", "malformed query string"),
@@ -116,6 +124,46 @@ async def test_a_bad_url_names_the_rule_and_never_the_password(query: str, rule:
     assert _PASSWORD not in message
     assert caught.value.__cause__ is None
     assert caught.value.__context__ is None or _PASSWORD not in str(caught.value.__context__)
+
+
+@pytest.mark.parametrize(
+    ("value", "threshold"), [("none", None), ("None", None), ("0", 0), ("5", 5), ("100", 100)]
+)
+async def test_prepare_threshold_reaches_the_pools_connections(
+    postgres_dsn: str, schema: str, value: str, threshold: int | None
+) -> None:
+    # What a pooler in transaction mode needs: psycopg never prepares.
+    url = _url(postgres_dsn, f"schema={quote(schema)}&prepare_threshold={value}")
+    assert parse_url(url).prepare_threshold == threshold
+    async with open_url(url) as store:
+        assert isinstance(store, PostgresMemory)
+        await store.recall("acme", "u1")
+        pool = store.pool
+        assert isinstance(pool.kwargs, dict)
+        assert pool.kwargs["prepare_threshold"] == threshold
+        if isinstance(pool, AsyncConnectionPool):
+            async with pool.connection() as conn:
+                assert conn.prepare_threshold == threshold
+        else:
+            assert await anyio.to_thread.run_sync(_threshold_of, pool) == threshold
+
+
+def _threshold_of(pool: ConnectionPool[Any]) -> int | None:
+    with pool.connection() as conn:
+        threshold: int | None = conn.prepare_threshold
+        return threshold
+
+
+def test_either_bound_may_be_left_to_the_server() -> None:
+    options = parse_url("postgresql:///app?statement_timeout=none&lock_timeout=None")
+    assert (options.statement_timeout, options.lock_timeout) == (None, None)
+    options = parse_url("postgresql:///app?lock_timeout=none")
+    assert (options.statement_timeout, options.lock_timeout) == (5.0, None)
+
+
+def test_prepare_threshold_defaults_to_psycopgs() -> None:
+    assert parse_url("postgresql://db.invalid/app").prepare_threshold == 5
+    assert "prepare_threshold=None" in repr(parse_url("postgresql:///app?prepare_threshold=none"))
 
 
 @pytest.mark.parametrize(

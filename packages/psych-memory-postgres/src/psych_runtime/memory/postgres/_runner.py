@@ -10,8 +10,12 @@ Rules kept here, for every call:
 
 - A connection the server closed while it sat in the pool is found (at no
   round trip) and replaced, never failing a call it was not part of.
-- Each connection gets the store's ``statement_timeout`` and
-  ``lock_timeout`` before its first statement, so no call waits unbounded.
+- Each transaction gets the store's ``statement_timeout`` and
+  ``lock_timeout`` (``set_config(..., true)``, sent with its first
+  statement: no round trip of its own), so no call waits unbounded and no
+  connection keeps a setting of the store once the call is done: behind a
+  transaction pooler, or in a pool the application shares with other
+  code, the server session goes back as the store found it.
 - A call whose connection broke, or that a read-only server refused, is
   replayed or given up as `_replays` decides; this module only drives the
   attempts, the same way on either driver.
@@ -27,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import sys
 import threading
-import weakref
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from contextlib import (
     AbstractAsyncContextManager,
@@ -40,7 +43,14 @@ from typing import Any, Final, NoReturn, TypeAlias, TypeVar
 import anyio
 import anyio.to_thread
 import psycopg
-from psycopg import AsyncConnection, Connection
+from psycopg import (
+    AsyncClientCursor,
+    AsyncConnection,
+    AsyncCursor,
+    ClientCursor,
+    Connection,
+    Cursor,
+)
 from psycopg.errors import ReadOnlySqlTransaction
 from psycopg.pq import ConnStatus
 from psycopg.pq.abc import PGconn
@@ -51,22 +61,24 @@ from ._replays import (
     ATTEMPTS,
     Call,
     Conversation,
+    Statement,
     drops_refusing_connection,
     failure,
     replay_settings,
     replays,
 )
+from ._translate import never_reached_server
 
-__all__ = ["LazyPool", "Pool", "Runner", "running_loop"]
+__all__ = ["Bounds", "LazyPool", "Pool", "Runner", "bounds_statement", "running_loop"]
 
 Pool: TypeAlias = "AsyncConnectionPool[Any] | ConnectionPool[Any]"
 """A psycopg pool: asynchronous (asyncio only) or synchronous (any backend)."""
 
 _T = TypeVar("_T")
 
-_SESSION_BOUNDS: Final = (
-    b"SELECT set_config('statement_timeout', %s, false), set_config('lock_timeout', %s, false)"
-)
+Bounds: TypeAlias = "tuple[bytes, tuple[str, ...]]"
+
+_FATAL: Final = frozenset({"FATAL", "PANIC"})
 
 
 class LazyPool:
@@ -111,7 +123,7 @@ class LazyPool:
 class Runner:
     """Runs calls on one pool, on behalf of one store."""
 
-    __slots__ = ("_bounds", "_fallback", "_home", "_pool", "_prepared", "_schema", "verified")
+    __slots__ = ("_bounds", "_fallback", "_home", "_pool", "_schema", "verified")
 
     def __init__(
         self,
@@ -128,14 +140,7 @@ class Runner:
         self._home: asyncio.AbstractEventLoop | None = None
         self._fallback: LazyPool | None = None
         self._schema = schema
-        self._bounds: tuple[str, str] | None = (
-            None
-            if statement_timeout is None and lock_timeout is None
-            else (_milliseconds(statement_timeout), _milliseconds(lock_timeout))
-        )
-        # Connections that already carry the bounds; they live in the pool,
-        # so the set must not keep them alive.
-        self._prepared: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._bounds = bounds_statement(statement_timeout, lock_timeout)
         # Set by the store once the recorded schema version was found
         # current; cleared here when the tables turn out missing. A plain
         # flag is enough: two tasks checking at once is harmless.
@@ -199,22 +204,22 @@ class Runner:
                         if fresh < pool.max_size and not _alive(conn.pgconn):
                             continue
                         used = conn
-                        bounds = self._bounds_for(conn)
-                        if bounds is not None:
-                            await conn.execute(_SESSION_BOUNDS, bounds)
                         call.sent = True
                         sent = not call.transaction
                         if call.transaction:
                             async with conn.transaction():
-                                result = await _converse_async(conn, call.conversation())
+                                result = await _converse_async(
+                                    conn, call.conversation(), self._bounds, each=False
+                                )
                                 sent = True
                         else:
-                            result = await _converse_async(conn, call.conversation())
-                        if bounds is not None:
-                            self._prepared.add(conn)
+                            result = await _converse_async(
+                                conn, call.conversation(), self._bounds, each=True
+                            )
                         return result
             except psycopg.Error as exc:
-                broken = used is not None and used.broken
+                broken = used is not None and (used.broken or _session_ended(exc))
+                sent = sent and not never_reached_server(exc)
                 if not replays(call, exc, broken=broken, sent=sent, attempt=attempt):
                     self._fail(call, exc, broken=broken, sent=sent)
         raise AssertionError("unreachable: the last attempt raises")  # pragma: no cover
@@ -233,30 +238,25 @@ class Runner:
                         if fresh < pool.max_size and not _alive(conn.pgconn):
                             continue
                         used = conn
-                        bounds = self._bounds_for(conn)
-                        if bounds is not None:
-                            conn.execute(_SESSION_BOUNDS, bounds)
                         call.sent = True
                         sent = not call.transaction
                         if call.transaction:
                             with conn.transaction():
-                                result = _converse_sync(conn, call.conversation())
+                                result = _converse_sync(
+                                    conn, call.conversation(), self._bounds, each=False
+                                )
                                 sent = True
                         else:
-                            result = _converse_sync(conn, call.conversation())
-                        if bounds is not None:
-                            self._prepared.add(conn)
+                            result = _converse_sync(
+                                conn, call.conversation(), self._bounds, each=True
+                            )
                         return result
             except psycopg.Error as exc:
-                broken = used is not None and used.broken
+                broken = used is not None and (used.broken or _session_ended(exc))
+                sent = sent and not never_reached_server(exc)
                 if not replays(call, exc, broken=broken, sent=sent, attempt=attempt):
                     self._fail(call, exc, broken=broken, sent=sent)
         raise AssertionError("unreachable: the last attempt raises")  # pragma: no cover
-
-    def _bounds_for(self, conn: object) -> tuple[str, str] | None:
-        # The session bounds a connection still needs before its first
-        # statement of this store, if any.
-        return None if conn in self._prepared else self._bounds
 
     def _fail(self, call: Call[Any], exc: psycopg.Error, *, broken: bool, sent: bool) -> NoReturn:
         error = failure(call, exc, broken=broken, sent=sent, schema=self._schema)
@@ -385,16 +385,22 @@ def _fresh_sync(conninfo: str, kwargs: dict[str, Any]) -> Iterator[Connection[An
         yield fresh
 
 
-async def _converse_async(conn: AsyncConnection[Any], conversation: Conversation[_T]) -> _T:
-    async with conn.cursor() as cursor:
+async def _converse_async(
+    conn: AsyncConnection[Any], conversation: Conversation[_T], bounds: Bounds | None, *, each: bool
+) -> _T:
+    # ``bounds`` go with the first statement, or with each (in autocommit,
+    # where every statement is a transaction of its own).
+    async with conn.cursor() as plain:
         statement = next(conversation)
         while True:
             try:
-                await cursor.execute(statement[0], statement[1])
+                cursor = await _execute_async(conn, plain, statement, bounds)
             except ReadOnlySqlTransaction:
                 if drops_refusing_connection(conn.info.transaction_status):
                     await conn.close()
                 raise
+            if not each:
+                bounds = None
             rows = await cursor.fetchall() if cursor.description is not None else []
             try:
                 statement = conversation.send((rows, cursor.rowcount))
@@ -403,22 +409,98 @@ async def _converse_async(conn: AsyncConnection[Any], conversation: Conversation
                 return result
 
 
-def _converse_sync(conn: Connection[Any], conversation: Conversation[_T]) -> _T:
-    with conn.cursor() as cursor:
+async def _execute_async(
+    conn: AsyncConnection[Any],
+    cursor: AsyncCursor[Any],
+    statement: Statement,
+    bounds: Bounds | None,
+) -> AsyncCursor[Any]:
+    # Runs the statement, after its bounds if any, in one round trip; the
+    # cursor returned holds the statement's result. See `_bounded`.
+    if bounds is None:
+        await cursor.execute(statement[0], statement[1])
+        return cursor
+    if conn.prepare_threshold is None:
+        client = AsyncClientCursor(conn)
+        await client.execute(*_bounded(bounds, statement, conn))
+        client.nextset()
+        return client
+    async with conn.pipeline():
+        await cursor.execute(*bounds)
+        await cursor.execute(statement[0], statement[1])
+    return cursor
+
+
+def _converse_sync(
+    conn: Connection[Any], conversation: Conversation[_T], bounds: Bounds | None, *, each: bool
+) -> _T:
+    with conn.cursor() as plain:
         statement = next(conversation)
         while True:
             try:
-                cursor.execute(statement[0], statement[1])
+                cursor = _execute_sync(conn, plain, statement, bounds)
             except ReadOnlySqlTransaction:
                 if drops_refusing_connection(conn.info.transaction_status):
                     conn.close()
                 raise
+            if not each:
+                bounds = None
             rows = cursor.fetchall() if cursor.description is not None else []
             try:
                 statement = conversation.send((rows, cursor.rowcount))
             except StopIteration as done:
                 result: _T = done.value
                 return result
+
+
+def _execute_sync(
+    conn: Connection[Any], cursor: Cursor[Any], statement: Statement, bounds: Bounds | None
+) -> Cursor[Any]:
+    if bounds is None:
+        cursor.execute(statement[0], statement[1])
+        return cursor
+    if conn.prepare_threshold is None:
+        client = ClientCursor(conn)
+        client.execute(*_bounded(bounds, statement, conn))
+        client.nextset()
+        return client
+    with conn.pipeline():
+        cursor.execute(*bounds)
+        cursor.execute(statement[0], statement[1])
+    return cursor
+
+
+def _bounded(
+    bounds: Bounds, statement: Statement, conn: AsyncConnection[Any] | Connection[Any]
+) -> tuple[bytes, tuple[object, ...]]:
+    # Both statements must be one transaction, which the bounds last, and
+    # cost one round trip. A connection that may prepare statements sends
+    # them in a pipeline with one Sync (psycopg's extended protocol, values
+    # bound by the server, prepared once run often). One that never
+    # prepares (behind a pooler in transaction mode) sends them as one
+    # query of the simple protocol, values bound by the client: the
+    # pipeline would cost it as much, and loses the message a pooler sends
+    # as it closes the connection (such as PgBouncer's query_wait_timeout,
+    # which says the statement reached no server).
+    text, params = statement
+    if not isinstance(text, bytes):
+        text = text.as_bytes(conn)
+    return bounds[0] + b"; " + text, (*bounds[1], *params)
+
+
+def _session_ended(exc: BaseException) -> bool:
+    # A FATAL (or PANIC) error from the server ends its session: the
+    # connection is gone even if libpq has not read the end of the stream
+    # yet. In a pipeline psycopg then reports its own failure to leave
+    # pipeline mode, with the server's error as its context.
+    seen: BaseException | None = exc
+    for _ in range(3):
+        if seen is None:
+            break
+        if isinstance(seen, psycopg.Error) and seen.diag.severity_nonlocalized in _FATAL:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def _alive(pgconn: PGconn) -> bool:
@@ -435,9 +517,21 @@ def _alive(pgconn: PGconn) -> bool:
     return pgconn.status == ConnStatus.OK
 
 
-def _milliseconds(seconds: float | None) -> str:
-    # PostgreSQL reads 0 as "no bound".
-    return "0" if seconds is None else f"{max(1, round(seconds * 1000))}ms"
+def bounds_statement(statement_timeout: float | None, lock_timeout: float | None) -> Bounds | None:
+    """The statement that bounds one transaction, with its parameters; ``None`` for no bound.
+
+    ``set_config(..., true)`` lasts until the transaction ends, so the
+    server session keeps none of it. A bound given as ``None`` is left as
+    the session has it.
+    """
+    named = (("statement_timeout", statement_timeout), ("lock_timeout", lock_timeout))
+    given = [(name, seconds) for name, seconds in named if seconds is not None]
+    if not given:
+        return None
+    text = ", ".join(f"set_config('{name}', %s, true)" for name, _ in given)
+    return f"SELECT {text}".encode("ascii"), tuple(
+        f"{max(1, round(seconds * 1000))}ms" for _, seconds in given
+    )
 
 
 def running_loop() -> asyncio.AbstractEventLoop | None:

@@ -54,9 +54,11 @@ from ._schema import (
 __all__ = [
     "DEFAULT_LOCK_TIMEOUT",
     "DEFAULT_POOL_TIMEOUT",
+    "DEFAULT_PREPARE_THRESHOLD",
     "DEFAULT_STATEMENT_TIMEOUT",
     "Pool",
     "PostgresMemory",
+    "validate_prepare_threshold",
 ]
 
 _T = TypeVar("_T")
@@ -69,6 +71,9 @@ DEFAULT_LOCK_TIMEOUT: Final = 2.0
 
 DEFAULT_POOL_TIMEOUT: Final = 30.0
 """Seconds `PostgresMemory.connect` waits for a free connection."""
+
+DEFAULT_PREPARE_THRESHOLD: Final = 5
+"""psycopg's own default: a statement run this often on a connection is prepared."""
 
 # Words of libpq or the server for a refusal that may pass by itself: the
 # pool keeps trying these until its timeout, as for a server not reachable.
@@ -110,9 +115,12 @@ class PostgresMemory(MemoryStore):
     and `PostgresMemoryError` for a statement the server refused. A psycopg
     exception never escapes bare; it is the ``__cause__``.
 
-    Time bounds: every connection the store uses gets ``statement_timeout``
-    and ``lock_timeout`` (session settings, set before its first statement
-    of this store); waiting for a connection is bounded by the pool's own
+    Time bounds: every transaction of the store gets ``statement_timeout``
+    and ``lock_timeout`` (``set_config(..., true)``, sent with its first
+    statement, in the same round trip), so no server session keeps a
+    setting of the store once a call is done: behind a transaction pooler,
+    or in a pool shared with other code, the session goes back as the store
+    found it. Waiting for a connection is bounded by the pool's own
     timeout. A call exceeding a bound raises `StoreUnavailableError` with
     ``may_have_taken_effect=False``: PostgreSQL rolled the statement back.
 
@@ -153,7 +161,8 @@ class PostgresMemory(MemoryStore):
     Args:
         pool: The pool the statements run on. Connections in autocommit mode
             save two round trips per call (``kwargs={"autocommit": True}``);
-            otherwise each call is committed on its own.
+            otherwise each call is committed on its own. Behind a pooler in
+            transaction mode, add ``"prepare_threshold": None``.
         schema: The PostgreSQL schema holding the tables. Stores with
             different schemas are fully separate.
         statement_timeout: Seconds one statement may run; ``None`` leaves
@@ -207,14 +216,16 @@ class PostgresMemory(MemoryStore):
         pool_timeout: float = DEFAULT_POOL_TIMEOUT,
         statement_timeout: float | None = DEFAULT_STATEMENT_TIMEOUT,
         lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT,
+        prepare_threshold: int | None = DEFAULT_PREPARE_THRESHOLD,
     ) -> AsyncIterator[PostgresMemory]:
         """Open a store with a pool of its own; close both on exit.
 
-        Its connections are in autocommit mode with the session time zone set
-        to UTC. One connection is tried first: when the server refuses it (a
-        wrong password, a role or database that does not exist, a bad
-        option), opening fails at once with the server's words rather than
-        after ``pool_timeout``. Opening creates nothing: `setup` does.
+        Its connections are in autocommit mode, and the store sets nothing on
+        their sessions (see `PostgresMemory`). One connection is tried
+        first: when the server refuses it (a wrong password, a role or
+        database that does not exist, a bad option), opening fails at once
+        with the server's words rather than after ``pool_timeout``. Opening
+        creates nothing: `setup` does.
 
         Opened on asyncio, the pool is psycopg's asynchronous pool,
         used with no thread hop on the loop that opened it; calls from any
@@ -237,21 +248,32 @@ class PostgresMemory(MemoryStore):
                 free connection in each call, before failing.
             statement_timeout: Seconds one statement may run.
             lock_timeout: Seconds one statement may wait for a lock.
+            prepare_threshold: psycopg's: after how many runs of a statement
+                on a connection it is prepared on the server (0: at once).
+                ``None`` never prepares: needed behind a pooler in
+                transaction mode (PgBouncer before 1.21, or without
+                ``max_prepared_statements``; pooled endpoints of managed
+                services), which hands each transaction to any server
+                connection, where a statement prepared on another is
+                unknown.
 
         Yields:
             The store. Run `setup` once per schema before using it.
 
         Raises:
-            TypeError: ``schema`` is not a `str`.
+            TypeError: ``schema`` is not a `str`, or ``prepare_threshold``
+                not an `int` or ``None``.
             ValueError: ``schema`` is not a usable schema name, a bound is
-                not positive, or ``conninfo`` is not one libpq accepts.
+                not positive, ``prepare_threshold`` is negative, or
+                ``conninfo`` is not one libpq accepts.
             ConnectionRefusedByServerError: The server refused the first
                 connection; the message says why, without the password.
             StoreUnavailableError: No connection could be opened in time.
         """
         schema = validate_schema_name(schema)
+        threshold = validate_prepare_threshold(prepare_threshold)
         options: dict[str, Any] = {
-            "kwargs": {"autocommit": True},
+            "kwargs": {"autocommit": True, "prepare_threshold": threshold},
             "min_size": min_size,
             "max_size": max_size,
             "timeout": pool_timeout,
@@ -262,7 +284,7 @@ class PostgresMemory(MemoryStore):
         home = running_loop()
         if home is None:
             threaded = cls(
-                ConnectionPool(conninfo, configure=_session_in_utc, **options),
+                ConnectionPool(conninfo, **options),
                 schema=schema,
                 **bounds,
             )
@@ -272,11 +294,9 @@ class PostgresMemory(MemoryStore):
         # On asyncio: psycopg's asynchronous pool, no thread hop. Calls from
         # another event loop (a thread running its own) get a synchronous
         # pool of the same settings, opened only if that ever happens.
-        fallback = LazyPool(
-            partial(ConnectionPool, conninfo, configure=_session_in_utc, **options), pool_timeout
-        )
+        fallback = LazyPool(partial(ConnectionPool, conninfo, **options), pool_timeout)
         store = cls(
-            AsyncConnectionPool(conninfo, configure=_session_in_utc_async, **options),
+            AsyncConnectionPool(conninfo, **options),
             schema=schema,
             **bounds,
         )
@@ -715,12 +735,20 @@ def _seconds(value: float | None, argument: str) -> float | None:
     return None if value is None else validate_seconds(value, argument)
 
 
-def _session_in_utc(conn: Connection[Any]) -> None:
-    conn.execute("SET TimeZone TO 'UTC'")
+def validate_prepare_threshold(value: object) -> int | None:
+    """Check psycopg's ``prepare_threshold``: a whole number >= 0, or ``None``.
 
-
-async def _session_in_utc_async(conn: AsyncConnection[Any]) -> None:
-    await conn.execute("SET TimeZone TO 'UTC'")
+    Raises:
+        TypeError: ``value`` is not an `int` (a `bool` is not) or ``None``.
+        ValueError: ``value`` is negative.
+    """
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"prepare_threshold must be an int or None, not {type(value).__qualname__}")
+    if value < 0:
+        raise ValueError("prepare_threshold must be a whole number >= 0, or None (never prepare)")
+    return value
 
 
 @asynccontextmanager

@@ -19,7 +19,19 @@ from psych_runtime.memory.port import MemoryStoreError
 from ._errors import PostgresMemoryError, SchemaVersionError, StoreUnavailableError
 from ._schema import SCHEMA_VERSION
 
-__all__ = ["translate"]
+__all__ = ["never_reached_server", "translate"]
+
+# What PgBouncer says, with SQLSTATE 08P01, before it closes a client that
+# waited for a server connection and never got one: the statement reached
+# no server. (A server that dies while serving the client comes through as
+# the server's own error, or "server conn crashed?": sent, maybe done.)
+_POOLER_NEVER_SENT: Final = frozenset(
+    {
+        "query_wait_timeout",
+        "pgbouncer cannot connect to server",
+        "server login has been failing, try again later (server_login_retry)",
+    }
+)
 
 # The server says the tables (or their schema) are not there: dropped under
 # a running store, or never set up.
@@ -85,9 +97,26 @@ def translate(
     )
 
 
+def never_reached_server(exc: psycopg.Error) -> bool:
+    """Whether a pooler in front of the server says the statement reached no server.
+
+    A pooler in transaction mode waits for a server connection at the start
+    of a transaction only, so what the call sent before in the same attempt
+    either was in that transaction (nothing ran) or was a statement of its
+    own that changes nothing when replayed (a read, or an insert that found
+    its row taken): the attempt is as if never sent.
+
+    Args:
+        exc: What the attempt raised.
+    """
+    return exc.sqlstate == "08P01" and exc.diag.message_primary in _POOLER_NEVER_SENT
+
+
 def _unavailable(exc: psycopg.Error, *, broken: bool, sent: bool) -> tuple[str | None, bool]:
     # Why the store is unavailable, and whether the call may have taken
     # effect; no reason when the server refused the statement for good.
+    if never_reached_server(exc):
+        return "the connection pooler gave the call no server connection in time", False
     if broken:
         return "the connection to the PostgreSQL server broke", sent
     for kind, reason in _REASONS:

@@ -22,6 +22,7 @@ from ._schema import DEFAULT_SCHEMA, validate_schema_name
 from ._store import (
     DEFAULT_LOCK_TIMEOUT,
     DEFAULT_POOL_TIMEOUT,
+    DEFAULT_PREPARE_THRESHOLD,
     DEFAULT_STATEMENT_TIMEOUT,
     PostgresMemory,
 )
@@ -43,15 +44,17 @@ class UrlOptions:
     min_size: int = 1
     max_size: int = 10
     pool_timeout: float = DEFAULT_POOL_TIMEOUT
-    statement_timeout: float = DEFAULT_STATEMENT_TIMEOUT
-    lock_timeout: float = DEFAULT_LOCK_TIMEOUT
+    statement_timeout: float | None = DEFAULT_STATEMENT_TIMEOUT
+    lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT
     setup: str = "auto"
+    prepare_threshold: int | None = DEFAULT_PREPARE_THRESHOLD
 
     def __repr__(self) -> str:
         # The connection string may hold a password: never shown.
         return (
             f"UrlOptions(schema={self.schema!r}, min_size={self.min_size}, "
-            f"max_size={self.max_size}, setup={self.setup!r})"
+            f"max_size={self.max_size}, setup={self.setup!r}, "
+            f"prepare_threshold={self.prepare_threshold!r})"
         )
 
 
@@ -119,12 +122,16 @@ async def open_url(url: str, *, create: bool = True) -> AsyncIterator[PostgresMe
     The URL is libpq's, plus these options in its query string (taken out
     before libpq sees it): ``schema`` (default ``psych_memory``),
     ``min_size`` (1), ``max_size`` (10), ``pool_timeout`` (seconds, 30),
-    ``statement_timeout`` (seconds, 5), ``lock_timeout`` (seconds, 2) and
+    ``statement_timeout`` (seconds, 5), ``lock_timeout`` (seconds, 2; either
+    bound ``none`` to leave the server's setting, such as the role's) and
     ``setup``: ``auto`` (the default) creates the tables if missing and
     upgrades them if older, and writes nothing when they are current;
     ``never`` only checks the version, for databases where only a DBA may
-    change the schema. Example:
-    ``postgresql://app@db/app?sslmode=require&schema=memory&setup=never``.
+    change the schema; ``prepare_threshold``: a whole number (psycopg's
+    default, 5) or ``none``, which a pooler in transaction mode needs
+    (PgBouncer's, or a managed service's pooled endpoint). Examples:
+    ``postgresql://app@db/app?sslmode=require&schema=memory&setup=never``,
+    ``postgresql://app@pgbouncer:6432/app?prepare_threshold=none``.
 
     ``create=False`` works as ``setup=never`` whatever the URL says: for
     tools that only read or delete, which must never create a schema (a
@@ -160,6 +167,7 @@ async def open_url(url: str, *, create: bool = True) -> AsyncIterator[PostgresMe
         pool_timeout=options.pool_timeout,
         statement_timeout=options.statement_timeout,
         lock_timeout=options.lock_timeout,
+        prepare_threshold=options.prepare_threshold,
     ) as store:
         if options.setup == "auto" and create:
             await store.setup()
@@ -195,6 +203,17 @@ def _seconds(name: str, value: str) -> float:
         raise ValueError(f"url option {name!r} must be a positive number of seconds") from None
 
 
+def _bound(name: str, value: str) -> float | None:
+    if value.lower() == "none":
+        return None
+    try:
+        return validate_seconds(float(value), name)
+    except ValueError:
+        raise ValueError(
+            f"url option {name!r} must be a positive number of seconds or 'none'"
+        ) from None
+
+
 def _schema(name: str, value: str) -> str:
     try:
         return validate_schema_name(value)
@@ -208,12 +227,21 @@ def _setup(name: str, value: str) -> str:
     return value
 
 
+def _threshold(name: str, value: str) -> int | None:
+    if value.lower() == "none":
+        return None
+    if not value.isascii() or not value.isdigit():
+        raise ValueError(f"url option {name!r} must be a whole number >= 0 or 'none'")
+    return int(value)
+
+
 _READERS: Final[dict[str, Callable[[str, str], object]]] = {
     "schema": _schema,
     "min_size": _size(0),
     "max_size": _size(1),
     "pool_timeout": _seconds,
-    "statement_timeout": _seconds,
-    "lock_timeout": _seconds,
+    "statement_timeout": _bound,
+    "lock_timeout": _bound,
     "setup": _setup,
+    "prepare_threshold": _threshold,
 }
