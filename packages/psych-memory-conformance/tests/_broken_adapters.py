@@ -666,4 +666,9 @@ class ExpiresAcrossCase(Correct):
         tenant = validate_scope(scope).casefold()
         with self._lock:
             tenants = {key.tenant for key in self._facts if key.tenant.casefold() == tenant}
-        return sum([await super().expire(name, before=before) for name in sorted(tenants)])
+        # A loop, not a comprehension: before Python 3.12 a comprehension is a
+        # scope of its own, where super() without arguments fails.
+        deleted = 0
+        for name in sorted(tenants):
+            deleted += await super().expire(name, before=before)
+        return deleted
