@@ -420,15 +420,10 @@ async def _execute_async(
     if bounds is None:
         await cursor.execute(statement[0], statement[1])
         return cursor
-    if conn.prepare_threshold is None:
-        client = AsyncClientCursor(conn)
-        await client.execute(*_bounded(bounds, statement, conn))
-        client.nextset()
-        return client
-    async with conn.pipeline():
-        await cursor.execute(*bounds)
-        await cursor.execute(statement[0], statement[1])
-    return cursor
+    client = AsyncClientCursor(conn)
+    await client.execute(*_bounded(bounds, statement, conn))
+    client.nextset()
+    return client
 
 
 def _converse_sync(
@@ -459,29 +454,22 @@ def _execute_sync(
     if bounds is None:
         cursor.execute(statement[0], statement[1])
         return cursor
-    if conn.prepare_threshold is None:
-        client = ClientCursor(conn)
-        client.execute(*_bounded(bounds, statement, conn))
-        client.nextset()
-        return client
-    with conn.pipeline():
-        cursor.execute(*bounds)
-        cursor.execute(statement[0], statement[1])
-    return cursor
+    client = ClientCursor(conn)
+    client.execute(*_bounded(bounds, statement, conn))
+    client.nextset()
+    return client
 
 
 def _bounded(
     bounds: Bounds, statement: Statement, conn: AsyncConnection[Any] | Connection[Any]
 ) -> tuple[bytes, tuple[object, ...]]:
     # Both statements must be one transaction, which the bounds last, and
-    # cost one round trip. A connection that may prepare statements sends
-    # them in a pipeline with one Sync (psycopg's extended protocol, values
-    # bound by the server, prepared once run often). One that never
-    # prepares (behind a pooler in transaction mode) sends them as one
-    # query of the simple protocol, values bound by the client: the
-    # pipeline would cost it as much, and loses the message a pooler sends
-    # as it closes the connection (such as PgBouncer's query_wait_timeout,
-    # which says the statement reached no server).
+    # cost one round trip: one query of the simple protocol, values bound
+    # by the client. Not a pipeline: a pipeline loses the message a pooler
+    # sends as it closes the connection (such as PgBouncer's
+    # query_wait_timeout, which says the statement reached no server), and
+    # a call cancelled inside one leaves psycopg's pipeline to fail later,
+    # on a connection already discarded.
     text, params = statement
     if not isinstance(text, bytes):
         text = text.as_bytes(conn)
