@@ -184,5 +184,6 @@ async def test_a_key_of_more_facts_is_untouched_by_the_one_statement_and_erased_
     assert {xact for xact, _ in batches} == {batches[0][0]} != {first[0]}
     assert sum(deleted for _, deleted in batches) == facts
     trips = _round_trips(sent)
-    assert "DELETE" in trips[0] and trips[1] == 'Query "BEGIN"'
+    assert "DELETE" in trips[0]
+    assert trips[1] == 'Query "BEGIN"'
     assert trips[-1] == 'Query "COMMIT"'
