@@ -426,7 +426,7 @@ def test_the_opener_requires_the_port_and_the_in_process_adapter_only(
 ) -> None:
     assert wheelhouse.requirements(ADMIN) == {PORT, INPROC}
     metadata = wheelhouse.metadata(ADMIN)
-    assert set(metadata.get_all("Provides-Extra") or []) == {"sqlite", "postgres", "cli"}
+    assert set(metadata.get_all("Provides-Extra") or []) == {"sqlite", "postgres", "cli", "ledger"}
     extras: dict[str, set[str]] = {}
     for requirement in metadata.get_all("Requires-Dist") or []:
         spec, _, marker = requirement.partition(";")
@@ -440,6 +440,8 @@ def test_the_opener_requires_the_port_and_the_in_process_adapter_only(
         "postgres": {"psych-memory-postgres"},
         # The operator's command; the opener itself needs neither.
         "cli": {"anyio", "click"},
+        # ledger reapply and erase --ledger.
+        "ledger": {"psych-memory-ledger"},
     }
 
 
