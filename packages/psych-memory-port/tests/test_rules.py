@@ -85,15 +85,29 @@ def test_new_ids_are_128_random_bits_in_lowercase_hex_and_never_repeat() -> None
 
 def test_threads_sharing_new_ids_never_get_the_same_one() -> None:
     got: list[list[str]] = [[] for _ in range(8)]
+    failures: list[BaseException] = []
+    start = threading.Barrier(len(got))
 
     def draw(into: list[str]) -> None:
-        into.extend(new_memory_id() for _ in range(3000))
+        start.wait()
+        try:
+            into.extend(new_memory_id() for _ in range(3000))
+        except BaseException as exc:  # noqa: BLE001 - a failed draw is the finding.
+            failures.append(exc)
 
-    threads = [threading.Thread(target=draw, args=(into,)) for into in got]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    # Threads switched as often as the interpreter allows: other threads then
+    # empty the shared ids between one thread's refill and its own draw.
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=draw, args=(into,)) for into in got]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert failures == []
     every = [memory_id for into in got for memory_id in into]
     assert len(set(every)) == len(every) == 24_000
 

@@ -58,8 +58,11 @@ def new_memory_id() -> str:
         return _READ_AHEAD.pop()
     except IndexError:
         digits = os.urandom(16 * _IDS_PER_READ).hex()
-        _READ_AHEAD.extend([digits[at : at + 32] for at in range(0, len(digits), 32)])
-        return _READ_AHEAD.pop()
+        # This call keeps one of the ids it read: other threads may empty
+        # the list again between its extend and a pop of its own.
+        mine, *rest = [digits[at : at + 32] for at in range(0, len(digits), 32)]
+        _READ_AHEAD.extend(rest)
+        return mine
 
 
 def bounded_limit(limit: int | None) -> int:
