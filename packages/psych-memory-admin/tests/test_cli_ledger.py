@@ -236,7 +236,8 @@ def test_expire_with_a_ledger_is_recorded_and_replayed_with_its_cutoff(
     _seed("sqlite:///live.sqlite3")
     cutoff = datetime.now(UTC)
     monkeypatch.setenv("PSYCH_MEMORY_LEDGER", "sqlite:///ledger.sqlite3")
-    expire = ["expire", "sqlite:///live.sqlite3", "--tenant", "acme", "--before", cutoff.isoformat()]
+    expire = ["expire", "sqlite:///live.sqlite3", "--tenant", "acme"]
+    expire += ["--before", cutoff.isoformat()]
     assert main([*expire, "--dry-run"]) == ExitCode.DONE
     capsys.readouterr()
     with open_ledger("sqlite:///ledger.sqlite3", LedgerKey(KEY_TEXT.encode())) as ledger:
