@@ -289,6 +289,7 @@ def test_prune_removes_the_entries_done_before_an_instant_with_a_receipt(
     _restored_after_erasing(taken_before=True)
     middle = datetime.now(UTC)
     with open_ledger("sqlite:///ledger.sqlite3", LedgerKey(KEY_TEXT.encode())) as ledger:
+
         async def erase_again() -> None:
             async with open_memory("sqlite:///live.sqlite3") as bare:
                 await with_ledger(bare, ledger).erase("acme", "u2")

@@ -634,9 +634,7 @@ def expire(  # noqa: PLR0913, PLR0917 - one parameter per option, as click passe
             if attach is not None:
                 refusals.enter_context(ledger_refusals())
             try:
-                return await expire_tenants(
-                    store, names, cutoff, redact_url(url), dry_run=dry_run
-                )
+                return await expire_tenants(store, names, cutoff, redact_url(url), dry_run=dry_run)
             except MissingCapabilityError as exc:
                 raise CommandError(
                     "URL",
