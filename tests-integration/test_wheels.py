@@ -440,7 +440,7 @@ def test_the_opener_requires_the_port_and_the_in_process_adapter_only(
         "postgres": {"psych-memory-postgres"},
         # The operator's command; the opener itself needs neither.
         "cli": {"anyio", "click"},
-        # ledger reapply and erase --ledger.
+        # replay-deletions and erase --ledger.
         "ledger": {"psych-memory-ledger"},
     }
 

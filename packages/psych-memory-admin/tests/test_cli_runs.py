@@ -769,7 +769,7 @@ def test_the_bare_command_prints_its_short_usage(tmp_path: Path) -> None:
         "Try 'psych-memory --help' for help.",
         (
             "psych-memory: error: a command is needed: "
-            "count, erase, expire, export, import, ledger, migrate, users"
+            "count, erase, expire, export, import, ledger, migrate, replay-deletions, users"
         ),
     ]
 

@@ -6,6 +6,8 @@ tests are skipped, except under ``CI=true``.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 
 from psych_runtime.memory.inproc import InProcessMemory
@@ -17,7 +19,7 @@ from psych_runtime.memory.ledger import (
     reapply,
     with_ledger,
 )
-from psych_runtime.memory.port import InvalidInputError
+from psych_runtime.memory.port import ExpiresFacts, InvalidInputError
 from psych_runtime.memory.postgres import PostgresMemory
 
 pytestmark = pytest.mark.anyio
@@ -90,3 +92,30 @@ def test_an_unreachable_server_is_a_ledger_error(key: LedgerKey, unused_tcp_port
     url = f"postgresql://postgres@127.0.0.1:{unused_tcp_port}/test?schema=s"
     with pytest.raises(LedgerError, match="cannot be reached"):
         open_ledger(url, key, busy_timeout=1)
+
+
+async def test_an_expiry_is_recorded_and_the_schema_is_pruned(
+    postgres_dsn: str, postgres_schema: str, key: LedgerKey
+) -> None:
+    url = _url(postgres_dsn, postgres_schema)
+    with open_ledger(url, key) as ledger:
+        async with InProcessMemory() as bare:
+            store = with_ledger(bare, ledger)
+            assert isinstance(store, ExpiresFacts)
+            await store.remember("acme", "u1", "old")
+            await store.erase("acme", "u1")
+            middle = datetime.now(UTC)
+            await store.remember("acme", "u1", "aging")
+            cutoff = datetime.now(UTC)
+            assert await store.expire("acme", before=cutoff) == 1
+        erase, expire = ledger.entries()
+        assert (expire.kind, expire.end_user_hash, expire.cutoff, expire.deleted) == (
+            "expire",
+            None,
+            cutoff,
+            1,
+        )
+        pruned = ledger.prune(middle)
+        assert (pruned.entries_pruned, pruned.entries_kept) == (1, 1)
+        assert ledger.entries() == (expire,)
+        assert erase.last_at < middle

@@ -31,6 +31,7 @@ def test_all_is_exactly_the_public_api() -> None:
         "LedgerKeyMismatchError",
         "LedgerUnavailableError",
         "MIN_KEY_LENGTH",
+        "Pruned",
         "Reapplied",
         "ledger_key",
         "open_ledger",

@@ -13,7 +13,7 @@ import pytest
 
 from psych_runtime.memory.inproc import InProcessMemory
 from psych_runtime.memory.ledger import DeletionLedger, Reapplied, reapply, with_ledger
-from psych_runtime.memory.port import Memory, MemoryStore, Scope
+from psych_runtime.memory.port import ExpiresFacts, Memory, MemoryStore, Scope
 from psych_runtime.memory.sqlite import SqliteMemory
 
 pytestmark = pytest.mark.anyio
@@ -28,9 +28,9 @@ def _online_backup(source: Path, target: Path) -> None:
         src.backup(dst)
 
 
-async def _all(path: Path) -> dict[str, tuple[Memory, ...]]:
+async def _all(path: Path, tenant: str = "acme") -> dict[str, tuple[Memory, ...]]:
     async with SqliteMemory(path) as store:
-        return {user: await store.recall("acme", user) for user in await store.end_users("acme")}
+        return {user: await store.recall(tenant, user) for user in await store.end_users(tenant)}
 
 
 @pytest.mark.parametrize("backup", [_file_copy, _online_backup])
@@ -45,6 +45,8 @@ async def test_a_restored_copy_loses_again_what_was_deleted_after_it(
             for n in range(3):
                 await store.remember("acme", user, f"{user} fact {n}")
         await store.remember("other", "u1", "same id, another tenant")
+        aged = await store.remember("retained", "u1", "past its retention")
+        young = await store.remember("retained", "u2", "within its retention")
         # Deletions before the copy is taken: the copy has them already.
         await store.erase("acme", "u3")
         await store.remember("acme", "u3", "u3 after its erase")
@@ -57,19 +59,23 @@ async def test_a_restored_copy_loses_again_what_was_deleted_after_it(
         assert await store.forget("acme", "u2", gone.id) is True
         assert await store.erase("acme", "u1") == 3
         await store.remember("acme", "u1", "u1 after its erase")
+        assert isinstance(store, ExpiresFacts)
+        assert await store.expire("retained", before=young.created_at) == 1
     shutil.copyfile(copy, live)
 
     async with SqliteMemory(live) as restored:
         first = await reapply(restored, ledger, since=taken)
         second = await reapply(restored, ledger, since=taken)
         assert await restored.recall("other", "u1") != ()
-    assert first == Reapplied(entries=2, erased_end_users=1, facts_deleted=4)
-    assert second == Reapplied(entries=2, erased_end_users=0, facts_deleted=0)
+    assert first == Reapplied(entries=3, erased_end_users=1, facts_deleted=5, expiries=1)
+    assert second == Reapplied(entries=3, erased_end_users=0, facts_deleted=0, expiries=1)
     after = await _all(live)
     assert "u1" not in after
     assert after["u2"] == tuple(m for m in before["u2"] if m.id != gone.id)
     # What the copy held past the erase before it stays: ids, order, created_at.
     assert after["u3"] == before["u3"]
+    assert await _all(live, "retained") == {"u2": (young,)}
+    assert aged.created_at < young.created_at
 
 
 async def test_without_since_every_recorded_deletion_is_made_again(

@@ -22,6 +22,7 @@ from psych_runtime.memory.ledger import (
 )
 from psych_runtime.memory.port import (
     CountsFacts,
+    ExpiresFacts,
     InvalidInputError,
     InvalidKeyError,
     ListsEndUsers,
@@ -37,7 +38,7 @@ from psych_runtime.memory.sqlite import SqliteMemory
 
 pytestmark = pytest.mark.anyio
 
-CAPABILITIES = (ListsEndUsers, CountsFacts, PagesFacts, RestoresFacts)
+CAPABILITIES = (ListsEndUsers, CountsFacts, PagesFacts, RestoresFacts, ExpiresFacts)
 
 
 class Minimal(MemoryStore):

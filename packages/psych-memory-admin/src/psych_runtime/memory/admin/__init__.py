@@ -7,7 +7,8 @@ it on exit. Backends register their schemes in the entry-point group
 this package imports no adapter itself.
 
 It also installs the operator's command ``psych-memory`` (export, import,
-erase, users, count, migrate, ledger reapply) with the extra ``psych-memory-admin[cli]``;
+erase, users, count, migrate, replay-deletions,
+ledger prune) with the extra ``psych-memory-admin[cli]``;
 `main` runs it in-process. What it shares with the MCP server's command
 ``psych-memory-mcp`` is here, for both: `ExitCode`, one table of exit
 statuses (`exit_codes_help` for a command's help), `open_for_command`,

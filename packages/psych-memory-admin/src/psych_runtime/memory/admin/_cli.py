@@ -30,9 +30,9 @@ from typing import IO, Any, Final
 import anyio
 import click
 
-from psych_runtime.memory.port import InvalidInputError, MemoryKey, validate_cutoff
+from psych_runtime.memory.port import InvalidInputError, MemoryKey, MemoryStore, validate_cutoff
 
-from ._cli_ledger import checked_since, reapply_from_ledger
+from ._cli_ledger import checked_instant, prune_ledger, replay_deletions
 from ._cli_stores import checked_key, checked_tenant, refusals_naming
 from ._commands import one_line, open_for_command
 from ._errors import (
@@ -144,13 +144,30 @@ def cli() -> None:
 
     Access and portability (export), erasure with a receipt (erase), retention
     (expire), listing and counting (users, count), moving facts between stores
-    (migrate, import), and deletions made again after a restore (ledger reapply).
+    (migrate, import), deletions made again after a restore (replay-deletions)
+    and the deletion ledger's upkeep (ledger prune).
     """
 
 
 _url = click.argument("url", metavar="URL")
 _tenant = click.option("--tenant", required=True, help="The tenant, exactly as stored.")
 _user = click.option("--user", "end_user", required=True, help="The end user, exactly as stored.")
+_ledger_key_file = click.option(
+    "--ledger-key-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help=f"A file holding the ledger's key; default: ${LEDGER_KEY_VARIABLE}.",
+)
+
+
+def _ledger(help_text: str, *, required: bool = False) -> Callable[[Any], Any]:
+    return click.option(
+        "--ledger",
+        "ledger_url",
+        envvar=LEDGER_VARIABLE,
+        required=required,
+        metavar="LEDGER_URL",
+        help=f"{help_text}; default: ${LEDGER_VARIABLE}.",
+    )
 
 
 @cli.command(epilog=_URL_HELP)
@@ -336,18 +353,8 @@ def _readable(file: str) -> Iterator[Callable[[], IO[bytes]]]:
 @_user
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation (required off a terminal).")
 @click.option("--json", "as_json", is_flag=True, help="Print the receipt as JSON.")
-@click.option(
-    "--ledger",
-    "ledger_url",
-    envvar=LEDGER_VARIABLE,
-    metavar="LEDGER_URL",
-    help=f"Record the erasure in this deletion ledger first; default: ${LEDGER_VARIABLE}.",
-)
-@click.option(
-    "--ledger-key-file",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help=f"A file holding the ledger's key; default: ${LEDGER_KEY_VARIABLE}.",
-)
+@_ledger("Record the erasure in this deletion ledger first")
+@_ledger_key_file
 def erase(  # noqa: PLR0913, PLR0917 - click passes each option by name
     url: str,
     tenant: str,
@@ -569,6 +576,8 @@ def _cutoff(older_than: str | None, before: str | None, now: datetime) -> dateti
 )
 @click.option("--dry-run", is_flag=True, help="Count the facts that would go; delete nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the receipt as JSON.")
+@_ledger("Record each tenant's expiry in this deletion ledger first")
+@_ledger_key_file
 def expire(  # noqa: PLR0913, PLR0917 - one parameter per option, as click passes them
     url: str,
     tenant: str | None,
@@ -577,6 +586,8 @@ def expire(  # noqa: PLR0913, PLR0917 - one parameter per option, as click passe
     before: str | None,
     dry_run: bool,  # noqa: FBT001
     as_json: bool,  # noqa: FBT001
+    ledger_url: str | None,
+    ledger_key_file: Path | None,
 ) -> int:
     """Delete every fact older than an age, of one tenant or all, and print a receipt.
 
@@ -586,7 +597,9 @@ def expire(  # noqa: PLR0913, PLR0917 - one parameter per option, as click passe
     (SQLite) the receipt says whether the wipe is done, for PostgreSQL where
     the deletion is durable. Meant to run on a schedule: running it twice, or
     two runs at once, deletes each fact once; a run that stops part way is
-    finished by the next. It asks no question.
+    finished by the next. It asks no question. With a deletion ledger, each
+    tenant's expiry (its cutoff) is recorded there before the store deletes,
+    and refused when it cannot be.
     """
     if tenant is not None and all_tenants:
         raise CommandError("--tenant", "and --all-tenants cannot be given together", ExitCode.USAGE)
@@ -596,11 +609,32 @@ def expire(  # noqa: PLR0913, PLR0917 - one parameter per option, as click passe
     cutoff = _cutoff(older_than, before, datetime.now(UTC))
 
     async def body() -> int:
-        async with open_for_command(url, "URL", must_exist=True) as store:
-            try:
-                receipt = await expire_tenants(
-                    store, names, cutoff, redact_url(url), dry_run=dry_run
+        with ExitStack() as ledger_open:
+            attach = (
+                None
+                if ledger_url is None
+                else ledger_open.enter_context(
+                    ledger_for_command(ledger_url, ledger_key_file, store_url=url)
                 )
+            )
+            async with open_for_command(url, "URL", must_exist=True) as bare:
+                receipt = await _expired(bare, attach)
+        click.echo(
+            json.dumps(_expiry_json(receipt, older_than), ensure_ascii=False, indent=2)
+            if as_json
+            else _expiry_text(receipt, older_than)
+        )
+        return ExitCode.DONE
+
+    async def _expired(
+        bare: MemoryStore, attach: Callable[[MemoryStore], MemoryStore] | None
+    ) -> ExpiryReceipt:
+        store = bare if attach is None else attach(bare)
+        with ExitStack() as refusals:
+            if attach is not None:
+                refusals.enter_context(ledger_refusals())
+            try:
+                return await expire_tenants(store, names, cutoff, redact_url(url), dry_run=dry_run)
             except MissingCapabilityError as exc:
                 raise CommandError(
                     "URL",
@@ -608,12 +642,6 @@ def expire(  # noqa: PLR0913, PLR0917 - one parameter per option, as click passe
                     f"{exc.capability}); nothing was deleted",
                     ExitCode.USAGE,
                 ) from None
-        click.echo(
-            json.dumps(_expiry_json(receipt, older_than), ensure_ascii=False, indent=2)
-            if as_json
-            else _expiry_text(receipt, older_than)
-        )
-        return ExitCode.DONE
 
     return _run(body)
 
@@ -1016,49 +1044,81 @@ def _reason(error: OSError) -> str:
     return error.strerror or type(error).__name__
 
 
-@cli.group("ledger")
-def ledger_group() -> None:
-    """The deletion ledger: deletions recorded outside the store, made again after a restore."""
-
-
-@ledger_group.command("reapply", epilog=_URL_HELP)
+@cli.command("replay-deletions", epilog=_URL_HELP)
 @_url
-@click.option(
-    "--ledger",
-    "ledger_url",
-    envvar=LEDGER_VARIABLE,
-    required=True,
-    metavar="LEDGER_URL",
-    help=f"The deletion ledger (sqlite:///path); default: ${LEDGER_VARIABLE}.",
-)
-@click.option(
-    "--ledger-key-file",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help=f"A file holding the ledger's key; default: ${LEDGER_KEY_VARIABLE}.",
-)
 @click.option(
     "--since",
     metavar="INSTANT",
+    required=True,
     help=(
-        "When the restored copy was taken, ISO 8601 with its offset (2026-01-31T12:00:00Z):"
-        " only deletions recorded from then on are made again. Without it, every one is."
+        "When the restored copy was taken, ISO 8601 in UTC as receipts print instants"
+        " (2026-01-31T12:00:00Z): the deletions a copy taken then may lack are made again."
+    ),
+)
+@_ledger("The deletion ledger (sqlite:///path or postgresql://...?schema=NAME)", required=True)
+@_ledger_key_file
+@click.option("--dry-run", is_flag=True, help="Count what would be deleted again; delete nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the receipt as JSON.")
+def replay_deletions_command(  # noqa: PLR0913, PLR0917 - click passes each option by name
+    url: str,
+    since: str,
+    ledger_url: str,
+    ledger_key_file: Path | None,
+    dry_run: bool,  # noqa: FBT001
+    as_json: bool,  # noqa: FBT001
+) -> int:
+    """Make again, on a restored store, every deletion the ledger records since INSTANT.
+
+    Erases again the end users whose keyed hash matches, forgets the recorded
+    fact ids, re-runs the recorded expiries with their cutoffs, and prints a
+    receipt. Run it on the restored store with traffic kept off, then serve.
+    The store must list its end users (the ledger holds only keyed hashes).
+    A key other than the ledger's is refused. Idempotent: a second run
+    deletes nothing; a run that stops part way is finished by the next.
+    """
+    instant = checked_instant(since, "--since")
+    return _run(
+        partial(
+            replay_deletions,
+            url,
+            ledger_url,
+            ledger_key_file,
+            instant,
+            dry_run=dry_run,
+            as_json=as_json,
+        )
+    )
+
+
+@cli.group("ledger")
+def ledger_group() -> None:
+    """The deletion ledger's upkeep."""
+
+
+@ledger_group.command("prune")
+@_ledger("The deletion ledger (sqlite:///path or postgresql://...?schema=NAME)", required=True)
+@_ledger_key_file
+@click.option(
+    "--before",
+    metavar="INSTANT",
+    required=True,
+    help=(
+        "When the oldest backup still kept was taken, ISO 8601 with its offset:"
+        " entries done before it are removed."
     ),
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the receipt as JSON.")
-def ledger_reapply(
-    url: str,
+def ledger_prune(
     ledger_url: str,
     ledger_key_file: Path | None,
-    since: str | None,
+    before: str,
     as_json: bool,  # noqa: FBT001
 ) -> int:
-    """Make again, on a restored store, every deletion the ledger records, and print a receipt.
+    """Remove the ledger entries no kept backup needs any more, and print a receipt.
 
-    Run it on the restored store with traffic kept off, then serve. The
-    store must list its end users: the ledger holds only keyed hashes. It is
-    idempotent: a second run deletes nothing.
+    An entry whose deletion was done before INSTANT is in every backup taken
+    since, so a replay onto them never reads it; it is removed, in one
+    transaction. Each removed entry held an end user's keyed hash.
     """
-    instant = checked_since(since)
-    return _run(
-        partial(reapply_from_ledger, url, ledger_url, ledger_key_file, instant, as_json=as_json)
-    )
+    instant = checked_instant(before, "--before")
+    return prune_ledger(ledger_url, ledger_key_file, instant, as_json=as_json)

@@ -1,4 +1,4 @@
-"""``psych-memory ledger reapply``: a ledger's deletions made again on a restored store."""
+"""``psych-memory replay-deletions`` and ``ledger prune``: the deletion ledger's two commands."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any, Final
 
 import click
 
-from psych_runtime.memory.port import ListsEndUsers
+from psych_runtime.memory.port import ExpiresFacts, InvalidInputError, ListsEndUsers
 
 from ._commands import open_for_command
 from ._exit import CommandError, ExitCode
@@ -17,9 +17,10 @@ from ._format import utc_text
 from ._ledger_open import _refuse_ledger_in_store, opened_ledger
 from ._url import redact_url
 
-__all__ = ["checked_since", "reapply_from_ledger"]
+__all__ = ["checked_instant", "prune_ledger", "replay_deletions"]
 
-RECEIPT_NAME: Final = "psych-memory-reapply-receipt"
+RECEIPT_NAME: Final = "psych-memory-replay-deletions-receipt"
+PRUNE_RECEIPT_NAME: Final = "psych-memory-ledger-prune-receipt"
 RECEIPT_VERSION: Final = 1
 
 _INSTANT_RULE: Final = (
@@ -27,32 +28,36 @@ _INSTANT_RULE: Final = (
 )
 
 
-def checked_since(since: str | None) -> datetime | None:
-    """The instant ``--since`` names, or a usage error naming it."""
-    if since is None:
-        return None
+def checked_instant(value: str, argument: str) -> datetime:
+    """The instant ``value`` names, in UTC, or a usage error naming ``argument``.
+
+    Raises:
+        CommandError: ``value`` is not ISO 8601 with an offset (usage).
+    """
     try:
-        found = datetime.fromisoformat(since.replace("Z", "+00:00").replace("z", "+00:00"))
+        found = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError:
-        raise CommandError("--since", _INSTANT_RULE, ExitCode.USAGE) from None
+        raise CommandError(argument, _INSTANT_RULE, ExitCode.USAGE) from None
     if found.tzinfo is None or found.utcoffset() is None:
-        raise CommandError("--since", _INSTANT_RULE, ExitCode.USAGE)
+        raise CommandError(argument, _INSTANT_RULE, ExitCode.USAGE)
     return found.astimezone(UTC)
 
 
-async def reapply_from_ledger(
+async def replay_deletions(  # noqa: PLR0913 - one parameter per option of the command
     url: str,
     ledger_url: str,
     key_file: Path | None,
-    since: datetime | None,
+    since: datetime,
     *,
+    dry_run: bool,
     as_json: bool,
 ) -> int:
-    """Open the ledger and the store, re-apply, print the receipt; the command's body.
+    """Open the ledger and the store, re-apply (or count), print the receipt; the command's body.
 
     Raises:
         CommandError: The ledger distribution is missing, the key or the
-            ledger is refused, or the store cannot list its end users.
+            ledger is refused, or the store cannot list its end users, or
+            cannot expire facts by age while the ledger records an expiry.
     """
     _refuse_ledger_in_store(url, ledger_url)
     with opened_ledger(ledger_url, key_file) as (opened, ledgers):
@@ -64,33 +69,82 @@ async def reapply_from_ledger(
                     " ListsEndUsers), and the ledger holds only keyed hashes of end users",
                     ExitCode.REFUSED,
                 )
-            done = await ledgers.reapply(store, opened, since=since)
+            expiries = [e for e in opened.entries(since=since) if e.kind == "expire"]
+            if expiries and not isinstance(store, ExpiresFacts):
+                raise CommandError(
+                    "URL",
+                    "the ledger records expiries by age and this store cannot expire facts"
+                    " (its backend does not provide ExpiresFacts); nothing was deleted",
+                    ExitCode.REFUSED,
+                )
+            done = await ledgers.reapply(store, opened, since=since, dry_run=dry_run)
     receipt: dict[str, Any] = {
         "format": RECEIPT_NAME,
         "version": RECEIPT_VERSION,
         "store": redact_url(url),
-        "since": None if since is None else utc_text(since),
+        "since": utc_text(since),
+        "dry_run": done.dry_run,
         "entries": done.entries,
         "erased_end_users": done.erased_end_users,
+        "expiries": done.expiries,
         "facts_deleted": done.facts_deleted,
-        "reapplied_at": utc_text(datetime.now(UTC)),
+        "replayed_at": utc_text(datetime.now(UTC)),
     }
     click.echo(
-        json.dumps(receipt, ensure_ascii=False, indent=2) if as_json else _receipt_text(receipt)
+        json.dumps(receipt, ensure_ascii=False, indent=2) if as_json else _replay_text(receipt)
     )
     return ExitCode.DONE
 
 
-def _receipt_text(receipt: dict[str, Any]) -> str:
-    since = receipt["since"] or "the ledger's first entry"
+def _replay_text(receipt: dict[str, Any]) -> str:
+    dry = receipt["dry_run"]
     return "\n".join(
         [
-            "Deletions re-applied from the ledger",
+            "Deletions counted, none made (dry run)" if dry else "Deletions made again",
             f"  store:                   {receipt['store']}",
-            f"  recorded since:          {since}",
+            f"  recorded since:          {receipt['since']}",
             f"  ledger entries read:     {receipt['entries']}",
             f"  end users erased again:  {receipt['erased_end_users']}",
+            f"  expiries run again:      {receipt['expiries']}",
             f"  facts deleted again:     {receipt['facts_deleted']}",
-            f"  re-applied at:           {receipt['reapplied_at']}",
+            f"  {'counted at:  ' if dry else 'replayed at: '}            {receipt['replayed_at']}",
         ]
     )
+
+
+def prune_ledger(ledger_url: str, key_file: Path | None, before: datetime, *, as_json: bool) -> int:
+    """Open the ledger, prune the entries done before ``before``, print the receipt.
+
+    Raises:
+        CommandError: The ledger distribution is missing, the key or the
+            ledger is refused, ``before`` is in the future (usage), or the
+            ledger cannot be written (unavailable, nothing pruned).
+    """
+    with opened_ledger(ledger_url, key_file) as (opened, _):
+        try:
+            done = opened.prune(before)
+        except InvalidInputError as exc:
+            raise CommandError("--before", exc.rule, ExitCode.USAGE) from None
+    receipt: dict[str, Any] = {
+        "format": PRUNE_RECEIPT_NAME,
+        "version": RECEIPT_VERSION,
+        "before": utc_text(done.before),
+        "entries_pruned": done.entries_pruned,
+        "entries_kept": done.entries_kept,
+        "pruned_at": utc_text(done.pruned_at),
+    }
+    if as_json:
+        click.echo(json.dumps(receipt, ensure_ascii=False, indent=2))
+    else:
+        click.echo(
+            "\n".join(
+                [
+                    "Deletion ledger pruned",
+                    f"  entries done before:  {receipt['before']}",
+                    f"  entries pruned:       {receipt['entries_pruned']}",
+                    f"  entries kept:         {receipt['entries_kept']}",
+                    f"  pruned at:            {receipt['pruned_at']}",
+                ]
+            )
+        )
+    return ExitCode.DONE

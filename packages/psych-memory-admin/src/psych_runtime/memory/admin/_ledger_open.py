@@ -1,6 +1,7 @@
 """Opening the deletion ledger for either command line, and attaching it to a store.
 
-``psych-memory`` (``erase``, ``ledger reapply``) and ``psych-memory-mcp``
+``psych-memory`` (``erase``, ``expire``,
+``replay-deletions``, ``ledger prune``) and ``psych-memory-mcp``
 name their ledger by ``--ledger`` or ``PSYCH_MEMORY_LEDGER`` and its key by
 ``--ledger-key-file`` or ``PSYCH_MEMORY_LEDGER_KEY``, and word every refusal
 the same way. Nothing here imports click or anyio; the ledger's own

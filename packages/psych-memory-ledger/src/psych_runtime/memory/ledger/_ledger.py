@@ -17,7 +17,7 @@ from psych_runtime.memory.port import InvalidInputError
 from ._errors import LedgerError, LedgerKeyMismatchError, LedgerUnavailableError
 from ._key import LedgerKey
 
-__all__ = ["DeletionLedger", "LedgerEntry", "open_ledger"]
+__all__ = ["DeletionLedger", "LedgerEntry", "Pruned", "open_ledger"]
 
 FORMAT: Final = 1
 
@@ -32,15 +32,16 @@ CREATE TABLE IF NOT EXISTS psych_ledger_deletion (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     kind TEXT NOT NULL,
     tenant TEXT NOT NULL,
-    end_user_hash TEXT NOT NULL,
+    end_user_hash TEXT,
     fact_id BLOB,
+    cutoff TEXT,
     recorded_at TEXT NOT NULL,
     done_at TEXT,
     deleted INTEGER
 )""",
 )
 
-Kind = Literal["erase", "forget"]
+Kind = Literal["erase", "forget", "expire"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,25 +50,60 @@ class LedgerEntry:
 
     Attributes:
         seq: Its place in the ledger, increasing with each deletion.
-        kind: ``"erase"`` (every fact of an end user) or ``"forget"`` (one fact).
+        kind: ``"erase"`` (every fact of an end user), ``"forget"`` (one
+            fact) or ``"expire"`` (every fact of the tenant created before
+            ``cutoff``).
         tenant: The tenant, in the clear.
         end_user_hash: The end user, as `LedgerKey.end_user_hash` of the
-            ledger's key; never the id itself.
-        fact_id: The fact's id for a ``"forget"``, ``None`` for an ``"erase"``.
+            ledger's key, never the id itself; ``None`` for an ``"expire"``.
+        fact_id: The fact's id for a ``"forget"``, otherwise ``None``.
         recorded_at: When the intent was recorded, before the store deleted
             anything; timezone-aware, in UTC.
         deleted: How many facts the store deleted, or ``None`` while the
             entry is an intent whose outcome was never recorded (the process
             stopped, or the ledger could not be written, after the intent).
+        cutoff: For an ``"expire"``, the instant facts were deleted if
+            created before (UTC); otherwise ``None``.
+        done_at: When the store's deletion was recorded as done (UTC), or
+            ``None`` for an intent.
     """
 
     seq: int
     kind: Kind
     tenant: str
-    end_user_hash: str
+    end_user_hash: str | None
     fact_id: str | None
     recorded_at: datetime
     deleted: int | None
+    cutoff: datetime | None = None
+    done_at: datetime | None = None
+
+    @property
+    def last_at(self) -> datetime:
+        """The latest instant the store's deletion may have committed that the ledger knows of.
+
+        ``done_at`` when recorded, else ``recorded_at``: a backup taken
+        before it may still hold what the entry deleted.
+        """
+        return self.recorded_at if self.done_at is None else self.done_at
+
+
+@dataclass(frozen=True, slots=True)
+class Pruned:
+    """What `DeletionLedger.prune` did: its receipt.
+
+    Attributes:
+        before: The instant given (UTC): entries whose deletion was done
+            before it were removed.
+        entries_pruned: How many entries were removed.
+        entries_kept: How many entries the ledger holds after.
+        pruned_at: When the pruning was committed (UTC).
+    """
+
+    before: datetime
+    entries_pruned: int
+    entries_kept: int
+    pruned_at: datetime
 
 
 def _location(url: str) -> Path | tuple[str, str]:
@@ -154,6 +190,10 @@ class _Connection:
     def rows(self) -> list[tuple[Any, ...]]:
         raise NotImplementedError
 
+    def prune(self, before: str) -> tuple[int, int]:
+        """Delete the entries done before ``before``, in one transaction: (removed, kept)."""
+        raise NotImplementedError
+
     def prepare(self, key: LedgerKey) -> dict[str, str]:
         raise NotImplementedError
 
@@ -162,13 +202,20 @@ class _Connection:
 
 
 _INSERT: Final = (
-    "INSERT INTO psych_ledger_deletion (kind, tenant, end_user_hash, fact_id, recorded_at)"
-    " VALUES (?, ?, ?, ?, ?)"
+    "INSERT INTO psych_ledger_deletion"
+    " (kind, tenant, end_user_hash, fact_id, cutoff, recorded_at) VALUES (?, ?, ?, ?, ?, ?)"
 )
 _ROWS: Final = (
-    "SELECT seq, kind, tenant, end_user_hash, fact_id, recorded_at, deleted"
+    "SELECT seq, kind, tenant, end_user_hash, fact_id, recorded_at, deleted, cutoff, done_at"
     " FROM psych_ledger_deletion ORDER BY seq"
 )
+# Every instant is written by `_text`, one fixed width in UTC, so that text
+# order is time order; PostgreSQL compares it byte by byte whatever the
+# database's collation.
+_PRUNE: Final = (
+    "DELETE FROM psych_ledger_deletion WHERE COALESCE(done_at, recorded_at) {collate}< ?"
+)
+_COUNT: Final = "SELECT count(*) FROM psych_ledger_deletion"
 
 
 class _SqliteConnection(_Connection):
@@ -198,6 +245,18 @@ class _SqliteConnection(_Connection):
 
     def rows(self) -> list[tuple[Any, ...]]:
         return self._conn.execute(_ROWS).fetchall()
+
+    def prune(self, before: str) -> tuple[int, int]:
+        conn = self._conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            removed = conn.execute(_PRUNE.format(collate=""), (before,)).rowcount
+            (kept,) = conn.execute(_COUNT).fetchone()
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        return removed, int(kept)
 
     def prepare(self, key: LedgerKey) -> dict[str, str]:
         conn = self._conn
@@ -274,6 +333,17 @@ class _PostgresConnection(_Connection):
         statement = _ROWS.replace("psych_ledger_", "{schema}.psych_ledger_")
         return list(self._conn.execute(self._sql(statement)).fetchall())
 
+    def prune(self, before: str) -> tuple[int, int]:
+        prune = _PRUNE.replace("{collate}", 'COLLATE "C" ')
+        with self._conn.transaction():
+            removed = self._conn.execute(
+                self._sql(prune.replace("psych_ledger_", "{schema}.psych_ledger_")), (before,)
+            ).rowcount
+            row = self._conn.execute(
+                self._sql(_COUNT.replace("psych_ledger_", "{schema}.psych_ledger_"))
+            ).fetchone()
+        return int(removed), int(row[0])
+
     def prepare(self, key: LedgerKey) -> dict[str, str]:
         import psycopg  # noqa: PLC0415
 
@@ -320,8 +390,9 @@ CREATE TABLE IF NOT EXISTS {schema}.psych_ledger_deletion (
     seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     kind TEXT NOT NULL,
     tenant TEXT NOT NULL,
-    end_user_hash TEXT NOT NULL,
+    end_user_hash TEXT,
     fact_id BYTEA,
+    cutoff TEXT,
     recorded_at TEXT NOT NULL,
     done_at TEXT,
     deleted BIGINT
@@ -363,8 +434,20 @@ def _id_bytes(fact_id: str | None) -> bytes | None:
     return None if fact_id is None else fact_id.encode("utf-8", "surrogatepass")
 
 
+def _text(instant: datetime) -> str:
+    return instant.astimezone(UTC).isoformat(timespec="microseconds")
+
+
 def _now() -> str:
-    return datetime.now(UTC).isoformat()
+    return _text(datetime.now(UTC))
+
+
+def _checked_instant(value: object, argument: str) -> datetime:
+    if not isinstance(value, datetime):
+        raise TypeError(f"{argument} must be a datetime, not {type(value).__qualname__}")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise InvalidInputError(argument, "must be timezone-aware")
+    return value.astimezone(UTC)
 
 
 class DeletionLedger:
@@ -423,7 +506,11 @@ class DeletionLedger:
                 self._conn.close()
 
     def entries(self, *, since: datetime | None = None) -> tuple[LedgerEntry, ...]:
-        """Every recorded deletion, oldest first; only those recorded at or after ``since``.
+        """Every recorded deletion, oldest first; with ``since``, those a copy taken then may lack.
+
+        An entry is kept when its `LedgerEntry.last_at` is at or after
+        ``since``: a deletion done before ``since`` is in a copy taken at
+        ``since`` already.
 
         Raises:
             TypeError: ``since`` is not ``None`` or a `datetime`.
@@ -433,8 +520,7 @@ class DeletionLedger:
         if since is not None:
             if not isinstance(since, datetime):
                 raise TypeError(f"since must be None or a datetime, not {type(since).__qualname__}")
-            if since.tzinfo is None or since.utcoffset() is None:
-                raise InvalidInputError("since", "must be timezone-aware")
+            since = _checked_instant(since, "since")
         with self._lock:
             if self._closed:
                 raise LedgerError("the ledger is closed")
@@ -450,11 +536,41 @@ class DeletionLedger:
                 hashed,
                 None if fact_id is None else bytes(fact_id).decode("utf-8", "surrogatepass"),
                 datetime.fromisoformat(at),
-                deleted,
+                None if deleted is None else int(deleted),
+                None if cutoff is None else datetime.fromisoformat(cutoff),
+                None if done is None else datetime.fromisoformat(done),
             )
-            for seq, kind, tenant, hashed, fact_id, at, deleted in rows
+            for seq, kind, tenant, hashed, fact_id, at, deleted, cutoff, done in rows
         )
-        return tuple(entry for entry in found if since is None or entry.recorded_at >= since)
+        return tuple(entry for entry in found if since is None or entry.last_at >= since)
+
+    def prune(self, before: datetime) -> Pruned:
+        """Remove the entries no copy kept any longer needs: those done before ``before``.
+
+        ``before`` is when the oldest backup still kept was taken: a replay
+        onto it reads only entries done at or after it (see `entries`), so
+        the others are of no more use, and each keeps an end user's keyed
+        hash. Entries still intents are kept while recorded at or after
+        ``before``. One transaction: all are removed or none.
+
+        Raises:
+            TypeError: ``before`` is not a `datetime`.
+            InvalidInputError: ``before`` has no timezone, or is in the future.
+            LedgerError: The ledger is closed or cannot be written.
+        """
+        before = _checked_instant(before, "before")
+        if before > datetime.now(UTC):
+            raise InvalidInputError("before", "must not be in the future")
+        with self._lock:
+            if self._closed:
+                raise LedgerError("the ledger is closed")
+            try:
+                removed, kept = self._conn.prune(_text(before))
+            except self._conn.errors as exc:
+                raise LedgerError(
+                    f"the ledger cannot be written ({type(exc).__name__}); nothing was pruned"
+                ) from exc
+        return Pruned(before, removed, kept, datetime.now(UTC))
 
     def _holds_schema_of(self, conninfo: str, schema: str) -> bool:
         """Whether this ledger is in the PostgreSQL database and schema named."""
@@ -484,15 +600,23 @@ class DeletionLedger:
                 ) from exc
             return 0
 
-    def _intend(self, kind: Kind, tenant: str, end_user_id: str, fact_id: str | None) -> int:
+    def _intend(
+        self,
+        kind: Kind,
+        tenant: str,
+        end_user_id: str | None,
+        fact_id: str | None,
+        cutoff: datetime | None = None,
+    ) -> int:
         return self._write(
             kind,
             None,
             (
                 kind,
                 tenant,
-                self._key.end_user_hash(tenant, end_user_id),
+                None if end_user_id is None else self._key.end_user_hash(tenant, end_user_id),
                 _id_bytes(fact_id),
+                None if cutoff is None else _text(cutoff),
                 _now(),
             ),
         )

@@ -15,6 +15,7 @@ import anyio.to_thread
 
 from psych_runtime.memory.port import (
     CountsFacts,
+    ExpiresFacts,
     InvalidInputError,
     ListsEndUsers,
     Memory,
@@ -25,9 +26,12 @@ from psych_runtime.memory.port import (
     StoreClosedError,
     StoreUnavailableError,
     memory_key,
+    validate_cutoff,
     validate_memory_id,
+    validate_scope,
 )
 
+from ._errors import LedgerError
 from ._ledger import DeletionLedger, Kind
 
 __all__ = ["Reapplied", "reapply", "with_ledger"]
@@ -38,13 +42,13 @@ def with_ledger(store: MemoryStore, ledger: DeletionLedger) -> MemoryStore:
 
     The returned store gives the same results and raises the same errors as
     ``store``, and has the same optional capabilities: it is a
-    `ListsEndUsers`, `CountsFacts`, `PagesFacts` or `RestoresFacts` exactly
-    when ``store`` is, and has ``scrub`` and ``scrub_pending`` exactly when
+    `ListsEndUsers`, `CountsFacts`, `PagesFacts`, `RestoresFacts` or
+    `ExpiresFacts` exactly when ``store`` is, and has ``scrub`` and ``scrub_pending`` exactly when
     ``store`` has them, and ``deletion_durability`` (PostgreSQL) exactly when
     ``store`` has it. Entering, leaving and closing it enter, leave and
     close ``store``; the ledger stays open (it is its opener's to close).
 
-    Each ``erase`` and ``forget`` first records its intent in the ledger,
+    Each ``erase``, ``forget`` and ``expire`` first records its intent in the ledger,
     committed to disk, then calls the store, then records how many facts
     were deleted: a process stopped at any point leaves either no deletion
     or a recorded one. When the intent cannot be recorded, the deletion is
@@ -161,16 +165,20 @@ class _Ledgered(MemoryStore):
             lambda: self._store.erase(scope, end_user_id),
         )
 
-    async def _recorded(
+    async def _recorded(  # noqa: PLR0913 - the fields of one ledger row, and the deletion
         self,
         kind: Kind,
         tenant: str,
-        end_user_id: str,
+        end_user_id: str | None,
         fact_id: str | None,
         delete: Callable[[], Awaitable[int]],
+        *,
+        cutoff: datetime | None = None,
     ) -> int:
         ledger = self._ledger
-        seq = await anyio.to_thread.run_sync(ledger._intend, kind, tenant, end_user_id, fact_id)
+        seq = await anyio.to_thread.run_sync(
+            ledger._intend, kind, tenant, end_user_id, fact_id, cutoff
+        )
         try:
             deleted = await delete()
         except BaseException as exc:
@@ -224,6 +232,24 @@ class _RestoresFacts(_Ledgered):
         return await cast("RestoresFacts", self._store).restore_many(memories)
 
 
+class _ExpiresFacts(_Ledgered):
+    __slots__ = ()
+
+    async def count_expired(self, scope: Scope, *, before: datetime) -> int:
+        return await cast("ExpiresFacts", self._store).count_expired(scope, before=before)
+
+    async def expire(self, scope: Scope, *, before: datetime) -> int:
+        store = cast("ExpiresFacts", self._store)
+        try:
+            tenant = validate_scope(scope)
+            cutoff = validate_cutoff(before)
+        except (TypeError, InvalidInputError):
+            return await store.expire(scope, before=before)
+        return await self._recorded(
+            "expire", tenant, None, None, lambda: store.expire(scope, before=before), cutoff=cutoff
+        )
+
+
 class _Scrubs(_Ledgered):
     __slots__ = ()
 
@@ -253,6 +279,7 @@ _CAPABILITIES: Final[tuple[tuple[type[_Ledgered], Any], ...]] = (
     (_CountsFacts, CountsFacts),
     (_PagesFacts, PagesFacts),
     (_RestoresFacts, RestoresFacts),
+    (_ExpiresFacts, ExpiresFacts),
 )
 
 _classes: dict[tuple[type[_Ledgered], ...], type[_Ledgered]] = {}
@@ -276,45 +303,65 @@ def _class_for(store: MemoryStore) -> type[_Ledgered]:
 
 @dataclass(frozen=True, slots=True)
 class Reapplied:
-    """What `reapply` did.
+    """What `reapply` did, or with ``dry_run`` would do.
 
     Attributes:
-        entries: The ledger entries it read (after ``since``).
-        erased_end_users: End users it found in the store and erased again.
-        facts_deleted: Facts it deleted again, by erase and forget together.
+        entries: The ledger entries it read (those `DeletionLedger.entries`
+            gives for ``since``).
+        erased_end_users: End users it found in the store and erased again
+            (that had facts).
+        facts_deleted: Facts it deleted again, by erase, forget and expiry
+            together.
+        expiries: Recorded expiries it ran again.
+        dry_run: Whether it only counted, deleting nothing.
     """
 
     entries: int
     erased_end_users: int
     facts_deleted: int
+    expiries: int = 0
+    dry_run: bool = False
 
 
 async def reapply(
-    store: MemoryStore, ledger: DeletionLedger, *, since: datetime | None = None
+    store: MemoryStore,
+    ledger: DeletionLedger,
+    *,
+    since: datetime | None = None,
+    dry_run: bool = False,
 ) -> Reapplied:
     """Re-apply every deletion recorded in ``ledger`` to ``store``, a restored copy.
 
     Each recorded erase erases again the end user of the tenant whose keyed
-    hash matches, each recorded forget forgets the fact id again; pending
-    intents are re-applied as well. Running it twice deletes nothing the
-    second time. ``store`` should be the bare store, not one with the ledger
-    attached: a re-application is not a new deletion.
+    hash matches, each recorded forget forgets the fact id again, each
+    recorded expiry expires the tenant again with the recorded cutoff, in
+    the order they were recorded; pending intents are re-applied as well.
+    Running it twice deletes nothing the second time; a run stopped midway
+    is finished by running it again. ``store`` should be the bare store,
+    not one with the ledger attached: a re-application is not a new
+    deletion.
 
     Args:
         store: The restored store; it must list its end users
-            (`ListsEndUsers`), since the ledger holds only keyed hashes.
-        ledger: The ledger, opened with its own key.
+            (`ListsEndUsers`), since the ledger holds only keyed hashes, and
+            expire by age (`ExpiresFacts`) when the entries read hold an
+            expiry.
+        ledger: The ledger, opened with its own key (`open_ledger` refuses
+            another key, so a wrong key is never taken for "nothing to do").
         since: When the restored copy was taken (timezone-aware): only the
-            deletions recorded at or after it are re-applied. ``None``
-            re-applies all, which also deletes what an erased end user
-            stored after an erase older than the copy.
+            deletions a copy taken then may lack are re-applied (see
+            `DeletionLedger.entries`). ``None`` re-applies all, which also
+            deletes what an erased end user stored after an erase older
+            than the copy.
+        dry_run: Count what would be deleted again, deleting nothing.
 
     Raises:
         TypeError: ``store`` is not a `MemoryStore` that lists its end
             users, ``ledger`` not a `DeletionLedger`, or ``since`` not a
             `datetime`.
         InvalidInputError: ``since`` has no timezone.
-        LedgerError: The ledger cannot be read.
+        LedgerError: The ledger cannot be read, or it records an expiry and
+            ``store`` cannot expire facts by age (nothing was deleted).
         MemoryStoreError: The store fails (what was re-applied before stays
             deleted; running it again finishes the work).
     """
@@ -325,28 +372,123 @@ async def reapply(
         )
     if not isinstance(ledger, DeletionLedger):
         raise TypeError(f"ledger must be a DeletionLedger, not {type(ledger).__qualname__}")
+    if not isinstance(cast("object", dry_run), bool):
+        raise TypeError(f"dry_run must be a bool, not {type(dry_run).__qualname__}")
     entries = await anyio.to_thread.run_sync(lambda: ledger.entries(since=since))
-    users: dict[str, dict[str, str]] = {}
-    erased = 0
-    deleted = 0
+    if any(entry.kind == "expire" for entry in entries) and not isinstance(store, ExpiresFacts):
+        raise LedgerError(
+            "the ledger records expiries and this store cannot expire facts by age"
+            " (ExpiresFacts); nothing was re-applied"
+        )
+    replay = _Counting(store, ledger) if dry_run else _Deleting(store, ledger)
+    erased = deleted = expiries = 0
     for entry in entries:
-        known = users.get(entry.tenant)
-        if known is None:
-            known = {
-                ledger.key.end_user_hash(entry.tenant, user): user
-                for user in await store.end_users(entry.tenant)
-            }
-            users[entry.tenant] = known
-        end_user_id = known.get(entry.end_user_hash)
+        if entry.kind == "expire":
+            if entry.cutoff is not None:
+                expiries += 1
+                deleted += await replay.expire(entry.tenant, entry.cutoff)
+            continue
+        end_user_id = await replay.end_user(entry.tenant, entry.end_user_hash)
         if end_user_id is None:
             continue
         if entry.kind == "erase":
-            count = await store.erase(entry.tenant, end_user_id)
+            count = await replay.erase(entry.tenant, end_user_id)
             if count:
                 erased += 1
                 deleted += count
-        elif entry.fact_id is not None and await store.forget(
-            entry.tenant, end_user_id, entry.fact_id
-        ):
-            deleted += 1
-    return Reapplied(entries=len(entries), erased_end_users=erased, facts_deleted=deleted)
+        elif entry.fact_id is not None:
+            deleted += await replay.forget(entry.tenant, end_user_id, entry.fact_id)
+    return Reapplied(len(entries), erased, deleted, expiries, dry_run)
+
+
+class _Deleting:
+    """The deletions of a replay, made on the store."""
+
+    def __init__(self, store: ListsEndUsers, ledger: DeletionLedger) -> None:
+        self._store = store
+        self._ledger = ledger
+        self._users: dict[str, dict[str, str]] = {}
+
+    async def end_user(self, tenant: str, hashed: str | None) -> str | None:
+        """The end user of ``tenant`` in the store whose keyed hash is ``hashed``."""
+        known = self._users.get(tenant)
+        if known is None:
+            key = self._ledger.key
+            users = await self._store.end_users(tenant)
+            known = {key.end_user_hash(tenant, user): user for user in users}
+            self._users[tenant] = known
+        return None if hashed is None else known.get(hashed)
+
+    async def erase(self, tenant: str, end_user_id: str) -> int:
+        return await cast("MemoryStore", self._store).erase(tenant, end_user_id)
+
+    async def forget(self, tenant: str, end_user_id: str, fact_id: str) -> int:
+        return int(await cast("MemoryStore", self._store).forget(tenant, end_user_id, fact_id))
+
+    async def expire(self, tenant: str, cutoff: datetime) -> int:
+        return await cast("ExpiresFacts", self._store).expire(tenant, before=cutoff)
+
+
+class _Counting(_Deleting):
+    """The same replay, only counted: the facts it would delete, each once, in order.
+
+    The facts of each end user met are read once; those the replay would
+    already have deleted are remembered, so that a fact is counted by the
+    first entry that would delete it, as the real replay would.
+    """
+
+    def __init__(self, store: ListsEndUsers, ledger: DeletionLedger) -> None:
+        super().__init__(store, ledger)
+        self._left: dict[tuple[str, str], dict[str, datetime]] = {}
+        self._gone: dict[str, list[datetime]] = {}
+        self._cutoffs: dict[str, datetime] = {}
+
+    async def _facts(self, tenant: str, end_user_id: str) -> dict[str, datetime]:
+        found = self._left.get((tenant, end_user_id))
+        if found is None:
+            cutoff = self._cutoffs.get(tenant)
+            memories = await cast("MemoryStore", self._store).recall(tenant, end_user_id)
+            found = {
+                m.id: m.created_at for m in memories if cutoff is None or m.created_at >= cutoff
+            }
+            self._left[(tenant, end_user_id)] = found
+        return found
+
+    def _remove(self, tenant: str, created: list[datetime]) -> int:
+        self._gone.setdefault(tenant, []).extend(created)
+        return len(created)
+
+    async def erase(self, tenant: str, end_user_id: str) -> int:
+        facts = await self._facts(tenant, end_user_id)
+        created = list(facts.values())
+        facts.clear()
+        return self._remove(tenant, created)
+
+    async def forget(self, tenant: str, end_user_id: str, fact_id: str) -> int:
+        facts = await self._facts(tenant, end_user_id)
+        if fact_id not in facts:
+            return 0
+        return self._remove(tenant, [facts.pop(fact_id)])
+
+    async def expire(self, tenant: str, cutoff: datetime) -> int:
+        store = cast("ExpiresFacts", self._store)
+        earlier = self._cutoffs.get(tenant)
+        if earlier is not None and cutoff <= earlier:
+            return 0
+        # Facts the store holds before the cutoff, less those an earlier
+        # expiry or erase or forget of this replay would have deleted.
+        count = await store.count_expired(tenant, before=cutoff)
+        if earlier is not None:
+            count -= await store.count_expired(tenant, before=earlier)
+        count -= sum(
+            1
+            for created in self._gone.get(tenant, ())
+            if created < cutoff and (earlier is None or created >= earlier)
+        )
+        count = max(0, count)
+        self._cutoffs[tenant] = cutoff
+        for (facts_tenant, _), facts in self._left.items():
+            if facts_tenant == tenant:
+                for fact_id in [i for i, created in facts.items() if created < cutoff]:
+                    del facts[fact_id]
+        return count
