@@ -381,3 +381,34 @@ async def test_terminations_cost_no_remember_or_recall_and_duplicate_nothing(
                 # Every fact exactly once, in order: none lost, none doubled.
                 assert await store.recall("acme", user) == tuple(facts)
                 assert await backdoor.count("acme", user) == per_worker
+
+
+async def test_a_call_the_pool_gave_no_connection_in_time_is_replayed_on_one_of_its_own(
+    postgres_dsn: str, schema: str
+) -> None:
+    # The pool's one connection is held past the pool's wait bound: the
+    # call waited, sent nothing, and is replayed rather than failed.
+    reasons: list[object] = []
+    with anyio.fail_after(_BOUND):
+        async with PostgresMemory.connect(
+            postgres_dsn, schema=schema, min_size=1, max_size=1, pool_timeout=0.5
+        ) as store:
+            await store.setup()
+            pool = store.pool
+            token = port.store_events.set(
+                lambda _name, attributes: reasons.append(attributes["psych_memory.reason"])
+            )
+            try:
+                if isinstance(pool, AsyncConnectionPool):
+                    async with pool.connection():
+                        fact = await store.remember("acme", "u1", "waited")
+                else:
+                    held = await anyio.to_thread.run_sync(pool.getconn)
+                    try:
+                        fact = await store.remember("acme", "u1", "waited")
+                    finally:
+                        await anyio.to_thread.run_sync(pool.putconn, held)
+            finally:
+                port.store_events.reset(token)
+            assert await store.recall("acme", "u1") == (fact,)
+    assert reasons == ["no connection"]
