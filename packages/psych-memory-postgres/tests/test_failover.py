@@ -41,7 +41,7 @@ from psycopg import sql
 from psycopg_pool import ConnectionPool
 
 from psych_runtime.memory.port import StoreClosedError, StoreUnavailableError, store_events
-from psych_runtime.memory.postgres import PostgresMemory, open_url
+from psych_runtime.memory.postgres import PostgresMemory, PostgresMemoryError, open_url
 from psych_runtime.memory.postgres._url import parse_url
 
 pytestmark = [pytest.mark.anyio, pytest.mark.clusters, pytest.mark.xdist_group("clusters")]
@@ -571,6 +571,46 @@ async def test_the_durability_of_a_deletion_is_read_from_the_server(
                 await store.deletion_durability()
 
 
+async def test_the_durability_a_role_without_statistics_privileges_reads_is_never_a_guess(
+    new_pair: Callable[[bool], Pair],
+) -> None:
+    pair = await anyio.to_thread.run_sync(new_pair, False)
+    primary = pair.primary
+    await anyio.to_thread.run_sync(primary.query, "CREATE ROLE psych_reader LOGIN")
+    reader = primary.dsn.replace("postgres@", "psych_reader@", 1)
+    try:
+        with anyio.fail_after(_BOUND):
+            async with PostgresMemory.connect(reader) as store:
+                # Without pg_read_all_stats the standby is listed, its state
+                # hidden: it counts (a backup in progress would too).
+                state = await anyio.to_thread.run_sync(
+                    _query_as, reader, "SELECT state FROM pg_stat_replication"
+                )
+                assert state == [(None,)]
+                assert await store.deletion_durability() == "primary_only"
+                # Refused the view: the server's refusal, not a guess.
+                await anyio.to_thread.run_sync(
+                    primary.query,
+                    "REVOKE SELECT ON pg_catalog.pg_stat_replication FROM PUBLIC",
+                )
+                with pytest.raises(PostgresMemoryError) as caught:
+                    await store.deletion_durability()
+                assert isinstance(caught.value.__cause__, psycopg.errors.InsufficientPrivilege)
+                # A standby named synchronous needs no view to be known.
+                for statement in (
+                    "ALTER SYSTEM SET synchronous_standby_names = '*'",
+                    "SELECT pg_reload_conf()",
+                ):
+                    await anyio.to_thread.run_sync(primary.query, statement)
+                await anyio.to_thread.run_sync(
+                    primary.wait_for,
+                    "SELECT 1 FROM pg_stat_replication WHERE sync_state = 'sync'",
+                )
+                assert await store.deletion_durability() == "synchronous_standbys"
+    finally:
+        await anyio.to_thread.run_sync(primary.query, "DROP ROLE psych_reader")
+
+
 # -- a primary that turned read-only ---------------------------------------------------
 
 
@@ -695,6 +735,11 @@ def _reset(token: Token[Any]) -> Iterator[None]:
         yield
     finally:
         store_events.reset(token)
+
+
+def _query_as(dsn: str, statement: str) -> list[Any]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return conn.execute(statement).fetchall()
 
 
 def _accepting_writes(server: Server) -> float:

@@ -408,3 +408,15 @@ async def test_bounds_given_as_none_leave_the_sessions_own(
             )
     finally:
         await anyio.to_thread.run_sync(pool.close)
+
+
+@pytest.mark.clusters
+@pytest.mark.anyio
+async def test_the_durability_of_a_deletion_through_pgbouncer_is_the_servers(
+    pgbouncer: Pooler, schema: str
+) -> None:
+    # The shared test server streams to no standby; the pooler changes
+    # nothing of what the server says (its two reads may even run on two
+    # server connections).
+    async with open_url(pgbouncer.url(schema=schema)) as store:
+        assert await store.deletion_durability() == "no_replication"

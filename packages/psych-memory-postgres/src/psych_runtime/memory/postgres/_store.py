@@ -619,10 +619,19 @@ class PostgresMemory(MemoryStore):
           deletion is durable on it alone.
 
         For an operator's receipt, asked right after the deletion. Needs no
-        tables and no privilege; changes nothing.
+        tables; changes nothing. The answer is the server's own, read
+        through a pooler as directly. Without ``pg_read_all_stats`` the
+        role sees the standbys but not their state, so a base backup in
+        progress counts as a standby (``"primary_only"``, the weaker
+        claim). A role refused ``pg_stat_replication`` itself learns
+        ``"synchronous_standbys"`` all the same (the setting says it), and
+        otherwise gets the server's refusal rather than a guess.
 
         Raises:
             StoreUnavailableError: The server could not be asked.
+            PostgresMemoryError: The role may not read ``pg_stat_replication``
+                (or ``pg_replication_slots``) and no standby is named
+                synchronous: the answer cannot be known.
             StoreClosedError: The store was closed.
         """
         self._check_open("deletion_durability")
