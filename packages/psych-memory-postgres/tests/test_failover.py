@@ -621,11 +621,11 @@ async def test_a_call_refused_by_a_read_only_primary_is_replayed_on_the_new_one(
     pair = await anyio.to_thread.run_sync(new_pair, True)
     name = f"psych-fenced-{pool_kind}"
     # One pooled connection more than the three calls refused below can
-    # drop, so one to the fenced primary is still pooled after the
-    # promotion. With none left, every call would instead wait for the
-    # pool's own reconnection, whose delays grow while no server is
-    # writable (one second, then two, four, ...), against its 30 s bound.
-    url = pair.url(min_size="4", max_size="4", application_name=name)
+    # drop (two each: refused on a pooled connection, a replay's own
+    # connection finds no writable server, and the last attempt, through
+    # the pool, is refused again), so one to the fenced primary is still
+    # pooled after the promotion.
+    url = pair.url(min_size="7", max_size="7", application_name=name)
     with anyio.fail_after(_BOUND):
         async with _store(url, pool_kind) as store:
             facts = [await store.remember("acme", "u1", f"fact {index}") for index in range(3)]
