@@ -15,7 +15,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import AbstractContextManager, asynccontextmanager, contextmanager
+from contextlib import AbstractContextManager, ExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -233,6 +233,23 @@ class Pooler:
             column = [c.name for c in cursor.description].index("remote_pid")
             return [int(row[column]) for row in cursor.fetchall()]
 
+    def sessions(self, names: tuple[str, ...], count: int) -> list[tuple[str, ...]]:
+        """Settings ``names`` of ``count`` server sessions at once, as a plain client sees them.
+
+        Each client holds a transaction open until all have read, so the
+        pooler must give each a server connection of its own: with
+        ``count`` at least its pool size, every one it has.
+        """
+        query = _settings_query(names)
+        seen = []
+        with ExitStack() as stack:
+            for _ in range(count):
+                conn = stack.enter_context(psycopg.connect(self.dsn, prepare_threshold=None))
+                row = conn.execute(query).fetchone()
+                assert row is not None
+                seen.append(tuple(str(value) for value in row))
+        return seen
+
     def url(self, **options: str) -> str:
         """A store URL through the pooler, prepared statements off unless ``options`` say."""
         query = "&".join(f"{name}={value}" for name, value in {
@@ -294,7 +311,7 @@ def start_pgbouncer(binary: str, server_dsn: str, **settings: object) -> Iterato
         "auth_type": "trust",
         "auth_file": folder / "users.txt",
         "pool_mode": "transaction",
-        "default_pool_size": 8,
+        "default_pool_size": _POOLED,
         "max_client_conn": 500,
         "logfile": folder / "pgbouncer.log",
         "pidfile": "",
@@ -352,6 +369,35 @@ def pgbouncer(postgres_dsn: str, unavailable: Callable[[str], NoReturn]) -> Iter
     """A PgBouncer in transaction mode for this test session (`unavailable` without it)."""
     with start_pgbouncer(_pgbouncer_binary(unavailable), postgres_dsn) as pooler:
         yield pooler
+
+
+# Settings the store relies on, none of which may stay on a server session.
+STORE_SETTINGS: tuple[str, ...] = (
+    "statement_timeout",
+    "lock_timeout",
+    "TimeZone",
+    "synchronous_commit",
+    "DateStyle",
+)
+
+# What the pooler's pool holds at most (its default_pool_size).
+_POOLED = 8
+
+
+@pytest.fixture
+def pooler(pgbouncer: Pooler, postgres_dsn: str) -> Iterator[Pooler]:
+    """The session's PgBouncer, whose every server session is checked after the test.
+
+    A second, plain client of the pooler takes every server connection it
+    has and must find each as a fresh session of the server: the store
+    left none of its settings behind.
+    """
+    yield pgbouncer
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        row = conn.execute(_settings_query(STORE_SETTINGS)).fetchone()
+    assert row is not None
+    fresh = tuple(str(value) for value in row)
+    assert pgbouncer.sessions(STORE_SETTINGS, _POOLED) == [fresh] * _POOLED
 
 
 @pytest.fixture

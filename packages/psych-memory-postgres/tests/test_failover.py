@@ -23,8 +23,10 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager, suppress
+from contextlib import asynccontextmanager, contextmanager, suppress
+from contextvars import Token
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -39,7 +41,7 @@ from psycopg import sql
 from psycopg_pool import ConnectionPool
 
 from psych_runtime.memory.port import StoreClosedError, StoreUnavailableError, store_events
-from psych_runtime.memory.postgres import PostgresMemory, open_url
+from psych_runtime.memory.postgres import PostgresMemory, PostgresMemoryError, open_url
 from psych_runtime.memory.postgres._url import parse_url
 
 pytestmark = [pytest.mark.anyio, pytest.mark.clusters, pytest.mark.xdist_group("clusters")]
@@ -569,6 +571,46 @@ async def test_the_durability_of_a_deletion_is_read_from_the_server(
                 await store.deletion_durability()
 
 
+async def test_the_durability_a_role_without_statistics_privileges_reads_is_never_a_guess(
+    new_pair: Callable[[bool], Pair],
+) -> None:
+    pair = await anyio.to_thread.run_sync(new_pair, False)
+    primary = pair.primary
+    await anyio.to_thread.run_sync(primary.query, "CREATE ROLE psych_reader LOGIN")
+    reader = primary.dsn.replace("postgres@", "psych_reader@", 1)
+    try:
+        with anyio.fail_after(_BOUND):
+            async with PostgresMemory.connect(reader) as store:
+                # Without pg_read_all_stats the standby is listed, its state
+                # hidden: it counts (a backup in progress would too).
+                state = await anyio.to_thread.run_sync(
+                    _query_as, reader, "SELECT state FROM pg_stat_replication"
+                )
+                assert state == [(None,)]
+                assert await store.deletion_durability() == "primary_only"
+                # Refused the view: the server's refusal, not a guess.
+                await anyio.to_thread.run_sync(
+                    primary.query,
+                    "REVOKE SELECT ON pg_catalog.pg_stat_replication FROM PUBLIC",
+                )
+                with pytest.raises(PostgresMemoryError) as caught:
+                    await store.deletion_durability()
+                assert isinstance(caught.value.__cause__, psycopg.errors.InsufficientPrivilege)
+                # A standby named synchronous needs no view to be known.
+                for statement in (
+                    "ALTER SYSTEM SET synchronous_standby_names = '*'",
+                    "SELECT pg_reload_conf()",
+                ):
+                    await anyio.to_thread.run_sync(primary.query, statement)
+                await anyio.to_thread.run_sync(
+                    primary.wait_for,
+                    "SELECT 1 FROM pg_stat_replication WHERE sync_state = 'sync'",
+                )
+                assert await store.deletion_durability() == "synchronous_standbys"
+    finally:
+        await anyio.to_thread.run_sync(primary.query, "DROP ROLE psych_reader")
+
+
 # -- a primary that turned read-only ---------------------------------------------------
 
 
@@ -579,11 +621,11 @@ async def test_a_call_refused_by_a_read_only_primary_is_replayed_on_the_new_one(
     pair = await anyio.to_thread.run_sync(new_pair, True)
     name = f"psych-fenced-{pool_kind}"
     # One pooled connection more than the three calls refused below can
-    # drop, so one to the fenced primary is still pooled after the
-    # promotion. With none left, every call would instead wait for the
-    # pool's own reconnection, whose delays grow while no server is
-    # writable (one second, then two, four, ...), against its 30 s bound.
-    url = pair.url(min_size="4", max_size="4", application_name=name)
+    # drop (two each: refused on a pooled connection, a replay's own
+    # connection finds no writable server, and the last attempt, through
+    # the pool, is refused again), so one to the fenced primary is still
+    # pooled after the promotion.
+    url = pair.url(min_size="7", max_size="7", application_name=name)
     with anyio.fail_after(_BOUND):
         async with _store(url, pool_kind) as store:
             facts = [await store.remember("acme", "u1", f"fact {index}") for index in range(3)]
@@ -635,3 +677,119 @@ async def test_a_call_refused_by_a_read_only_primary_is_replayed_on_the_new_one(
                 " (SELECT FROM pg_stat_activity WHERE application_name = %s)",
                 (name,),
             )
+
+
+# -- a promotion later than the pool's first reconnections -----------------------------
+
+# Seconds from the crash to the promotion: past psycopg_pool's retries of a
+# lost connection (1, 2, 4 and 8 s apart, each within 10 %: the fourth comes
+# at most 16.5 s after the first), as Patroni's default timers give.
+_OUTAGE = 18
+_CALLERS = 4
+# "Within about a second" of the promotion, with room for a machine that
+# runs other tests at the same time.
+_PROMPTLY = 3.0
+
+
+@dataclass
+class _Outage:
+    """What the callers saw around one outage."""
+
+    failures: list[StoreUnavailableError] = field(default_factory=list)
+    served_before: set[int] = field(default_factory=set)
+    all_running: anyio.Event = field(default_factory=anyio.Event)
+    accepting_at: float | None = None
+    served_after: dict[int, float] = field(default_factory=dict)
+    all_served: anyio.Event = field(default_factory=anyio.Event)
+
+    def served(self, caller: int) -> None:
+        if self.accepting_at is None:
+            self.served_before.add(caller)
+            if len(self.served_before) == _CALLERS:
+                self.all_running.set()
+        elif caller not in self.served_after:
+            self.served_after[caller] = time.monotonic()
+            if len(self.served_after) == _CALLERS:
+                self.all_served.set()
+
+
+async def _caller(store: PostgresMemory, caller: int, outage: _Outage) -> None:
+    index = 0
+    while not outage.all_served.is_set():
+        index += 1
+        try:
+            if index % 2:
+                await store.remember("acme", f"caller-{caller}", f"fact {index}")
+            else:
+                await store.recall("acme", f"caller-{caller}")
+        except StoreUnavailableError as error:
+            outage.failures.append(error)
+        else:
+            outage.served(caller)
+
+
+@contextmanager
+def _reset(token: Token[Any]) -> Iterator[None]:
+    """Give `store_events` back its value before ``token`` on exit."""
+    try:
+        yield
+    finally:
+        store_events.reset(token)
+
+
+def _query_as(dsn: str, statement: str) -> list[Any]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return conn.execute(statement).fetchall()
+
+
+def _accepting_writes(server: Server) -> float:
+    """The moment ``server`` first answers as a primary, looked at every 10 ms while it promotes."""
+    deadline = time.monotonic() + _BOUND
+    while time.monotonic() < deadline:
+        with suppress(psycopg.OperationalError):
+            if server.query("SELECT NOT pg_is_in_recovery()") == [(True,)]:
+                return time.monotonic()
+        time.sleep(0.01)
+    raise AssertionError("the standby never answered as a primary")
+
+
+async def test_a_late_promotion_is_served_within_a_second_of_accepting_writes(
+    new_pair: Callable[[bool], Pair],
+) -> None:
+    pair = await anyio.to_thread.run_sync(new_pair, False)
+    outage = _Outage()
+    replays: list[object] = []
+    token = store_events.set(
+        lambda _name, attributes: replays.append(attributes["psych_memory.reason"])
+    )
+    with anyio.fail_after(_BOUND), _reset(token):
+        async with open_url(pair.url(max_size="4", pool_timeout="30", setup="auto")) as store:
+            await store.remember("acme", "before", "before the crash")
+            async with anyio.create_task_group() as tasks:
+                # Calls in flight when the primary goes, and calls made
+                # while no server is writable.
+                for caller in range(_CALLERS):
+                    tasks.start_soon(_caller, store, caller, outage)
+                await outage.all_running.wait()
+                await anyio.to_thread.run_sync(pair.crash_primary)
+                # The outage itself, as long as a failover manager takes to
+                # promote: nothing to wait for but time.
+                await anyio.sleep(_OUTAGE)
+                async with anyio.create_task_group() as promotion:
+                    promotion.start_soon(anyio.to_thread.run_sync, pair.promote)
+                    outage.accepting_at = accepting_at = await anyio.to_thread.run_sync(
+                        _accepting_writes, pair.standby
+                    )
+                await outage.all_served.wait()
+            assert await store.recall("acme", "before")
+    served = max(outage.served_after.values()) - accepting_at
+    print(
+        f"\nlate promotion after {_OUTAGE} s: every caller served {served:.2f} s after the"
+        f" promoted standby accepted writes; {len(outage.failures)} calls failed; replays:"
+        f" {sorted(Counter(map(str, replays)).items())}"
+    )
+    # Every call waited for a connection through the outage (nothing was
+    # sent, or its connection broke before a replay): none failed, with a
+    # pool timeout or otherwise.
+    assert [repr(error.__cause__) for error in outage.failures] == []
+    assert served < _PROMPTLY

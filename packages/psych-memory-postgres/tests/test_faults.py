@@ -17,6 +17,7 @@ import anyio.to_thread
 import psycopg
 import pytest
 from psycopg import sql
+from psycopg.conninfo import make_conninfo
 from psycopg_pool import AsyncConnectionPool
 
 from psych_runtime.memory import port
@@ -25,7 +26,7 @@ from psych_runtime.memory.postgres import PostgresMemory, StoreUnavailableError
 from psych_runtime.memory.postgres._conversations import FEW_FACTS
 
 if TYPE_CHECKING:
-    from conftest import Backdoor
+    from conftest import Backdoor, Pooler
 
 pytestmark = pytest.mark.anyio
 
@@ -42,14 +43,49 @@ _POOLS = pytest.mark.parametrize(
 )
 
 
+# The same, plus the store's own pool through PgBouncer in transaction mode
+# (each backend), for the tests of calls whose server connection dies.
+_POOLS_AND_POOLER = pytest.mark.parametrize(
+    ("anyio_backend", "pool_kind"),
+    [
+        ("asyncio", "threads"),
+        ("trio", "threads"),
+        ("asyncio", "async"),
+        pytest.param("asyncio", "pooler", marks=pytest.mark.clusters),
+        pytest.param("trio", "pooler", marks=pytest.mark.clusters),
+    ],
+)
+
+
+@pytest.fixture
+def through(request: pytest.FixtureRequest, pool_kind: str) -> Pooler | None:
+    """The PgBouncer of the ``pooler`` kind (checked after the test), else ``None``."""
+    if pool_kind != "pooler":
+        return None
+    pooler: Pooler = request.getfixturevalue("pooler")
+    return pooler
+
+
 @asynccontextmanager
 async def _labelled_store(
-    backdoor: Backdoor, pool_kind: str, *, max_size: int = 4
+    backdoor: Backdoor, pool_kind: str, *, max_size: int = 4, through: Pooler | None = None
 ) -> AsyncIterator[tuple[PostgresMemory, str]]:
     min_size = min(2, max_size)
     name = f"psych-fault-{uuid4().hex[:16]}"
     dsn = backdoor.labelled(name)
-    if pool_kind == "threads":
+    if through is not None:
+        # PgBouncer passes the client's application_name on to the server
+        # connection it lends: the backends are found by it all the same.
+        async with PostgresMemory.connect(
+            make_conninfo(through.dsn, application_name=name),
+            schema=backdoor.schema,
+            min_size=min_size,
+            max_size=max_size,
+            prepare_threshold=None,
+        ) as store:
+            await store.setup()
+            yield store, name
+    elif pool_kind == "threads":
         async with backdoor.threaded_store(dsn, min_size=min_size, max_size=max_size) as store:
             yield store, name
     else:
@@ -142,13 +178,13 @@ async def _killed_then_replayed(
         await anyio.to_thread.run_sync(lock.release)
 
 
-@_POOLS
+@_POOLS_AND_POOLER
 @pytest.mark.parametrize("operation", ["forget", "erase"])
 async def test_a_forget_or_small_erase_in_flight_is_not_replayed_and_says_it_may_have_happened(
-    backdoor: Backdoor, pool_kind: str, operation: str
+    backdoor: Backdoor, pool_kind: str, through: Pooler | None, operation: str
 ) -> None:
     with anyio.fail_after(_BOUND):
-        async with _labelled_store(backdoor, pool_kind) as (store, name):
+        async with _labelled_store(backdoor, pool_kind, through=through) as (store, name):
             facts = [await store.remember("acme", "u1", f"fact {n}") for n in range(3)]
             calls: dict[str, Callable[[], Awaitable[object]]] = {
                 "forget": lambda: store.forget("acme", "u1", facts[1].id),
@@ -186,13 +222,13 @@ async def test_a_forget_or_small_erase_in_flight_is_not_replayed_and_says_it_may
             assert await backdoor.count("acme", "u1") == 3
 
 
-@_POOLS
+@_POOLS_AND_POOLER
 @pytest.mark.parametrize("operation", ["remember", "recall"])
 async def test_a_read_or_an_insert_is_replayed_on_a_fresh_connection(
-    backdoor: Backdoor, pool_kind: str, operation: str
+    backdoor: Backdoor, pool_kind: str, through: Pooler | None, operation: str
 ) -> None:
     with anyio.fail_after(_BOUND):
-        async with _labelled_store(backdoor, pool_kind) as (store, name):
+        async with _labelled_store(backdoor, pool_kind, through=through) as (store, name):
             facts = [await store.remember("acme", "u1", f"fact {n}") for n in range(3)]
             lock = _Locked(backdoor.dsn, _whole_table(backdoor.table))
             await anyio.to_thread.run_sync(lock.acquire)
@@ -215,13 +251,13 @@ async def test_a_read_or_an_insert_is_replayed_on_a_fresh_connection(
                 assert answer == tuple(facts)
 
 
-@_POOLS
+@_POOLS_AND_POOLER
 async def test_an_erase_of_many_facts_broken_before_commit_is_replayed_on_a_fresh_connection(
-    backdoor: Backdoor, pool_kind: str
+    backdoor: Backdoor, pool_kind: str, through: Pooler | None
 ) -> None:
     facts = FEW_FACTS + 1
     with anyio.fail_after(_BOUND):
-        async with _labelled_store(backdoor, pool_kind) as (store, name):
+        async with _labelled_store(backdoor, pool_kind, through=through) as (store, name):
             await backdoor.load("u1", facts)
             # A lock on the key's last fact: the single statement only counts
             # (too many), and the batches then wait for it inside their
@@ -292,9 +328,9 @@ class _Worker:
         assert not ids & self.forgotten
 
 
-@_POOLS
+@_POOLS_AND_POOLER
 async def test_terminations_during_concurrent_operations(
-    backdoor: Backdoor, pool_kind: str
+    backdoor: Backdoor, pool_kind: str, through: Pooler | None
 ) -> None:
     workers, rounds, per_worker = 8, 5, 40
     thresholds = [anyio.Event() for _ in range(rounds)]
@@ -316,8 +352,9 @@ async def test_terminations_during_concurrent_operations(
             await event.wait()
             killed.append(await backdoor.terminate(name))
 
+    labelled = _labelled_store(backdoor, pool_kind, max_size=8, through=through)
     with anyio.fail_after(_BOUND):
-        async with _labelled_store(backdoor, pool_kind, max_size=8) as (store, name):
+        async with labelled as (store, name):
             team = [_Worker(store, number) for number in range(workers)]
             async with anyio.create_task_group() as tasks:
                 tasks.start_soon(terminator, name)
@@ -340,9 +377,9 @@ async def test_an_unreachable_server_fails_clearly() -> None:
             pytest.fail("the store opened without a server")
 
 
-@_POOLS
+@_POOLS_AND_POOLER
 async def test_terminations_cost_no_remember_or_recall_and_duplicate_nothing(
-    backdoor: Backdoor, pool_kind: str
+    backdoor: Backdoor, pool_kind: str, through: Pooler | None
 ) -> None:
     # The target of honest replays: while the server is up, terminating the
     # store's backends again and again fails none of these calls.
@@ -369,8 +406,9 @@ async def test_terminations_cost_no_remember_or_recall_and_duplicate_nothing(
             await event.wait()
             killed.append(await backdoor.terminate(name))
 
+    labelled = _labelled_store(backdoor, pool_kind, max_size=8, through=through)
     with anyio.fail_after(_BOUND):
-        async with _labelled_store(backdoor, pool_kind, max_size=8) as (store, name):
+        async with labelled as (store, name):
             async with anyio.create_task_group() as tasks:
                 tasks.start_soon(terminator, name)
                 for number in range(workers):
@@ -381,3 +419,34 @@ async def test_terminations_cost_no_remember_or_recall_and_duplicate_nothing(
                 # Every fact exactly once, in order: none lost, none doubled.
                 assert await store.recall("acme", user) == tuple(facts)
                 assert await backdoor.count("acme", user) == per_worker
+
+
+async def test_a_call_the_pool_gave_no_connection_in_time_is_replayed_on_one_of_its_own(
+    postgres_dsn: str, schema: str
+) -> None:
+    # The pool's one connection is held past the pool's wait bound: the
+    # call waited, sent nothing, and is replayed rather than failed.
+    reasons: list[object] = []
+    with anyio.fail_after(_BOUND):
+        async with PostgresMemory.connect(
+            postgres_dsn, schema=schema, min_size=1, max_size=1, pool_timeout=0.5
+        ) as store:
+            await store.setup()
+            pool = store.pool
+            token = port.store_events.set(
+                lambda _name, attributes: reasons.append(attributes["psych_memory.reason"])
+            )
+            try:
+                if isinstance(pool, AsyncConnectionPool):
+                    async with pool.connection():
+                        fact = await store.remember("acme", "u1", "waited")
+                else:
+                    held = await anyio.to_thread.run_sync(pool.getconn)
+                    try:
+                        fact = await store.remember("acme", "u1", "waited")
+                    finally:
+                        await anyio.to_thread.run_sync(pool.putconn, held)
+            finally:
+                port.store_events.reset(token)
+            assert await store.recall("acme", "u1") == (fact,)
+    assert reasons == ["no connection"]

@@ -11,18 +11,31 @@ shared server behind it is the usual test server.
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractContextManager, ExitStack, asynccontextmanager
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractContextManager, asynccontextmanager, contextmanager
 from dataclasses import replace
 from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 from uuid import uuid4
 
 import anyio
 import anyio.to_thread
+import httpx2
+import jwt
 import psycopg
 import pytest
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.types import CallToolResult, TextContent
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
@@ -35,7 +48,8 @@ if TYPE_CHECKING:
 
 DSN = os.environ.get("PSYCH_MEMORY_TEST_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test")
 
-# Settings the store relies on, none of which may stay on a session.
+# Settings the store relies on, none of which may stay on a session (the
+# conftest's STORE_SETTINGS).
 _SETTINGS: tuple[str, ...] = (
     "statement_timeout",
     "lock_timeout",
@@ -57,26 +71,6 @@ def _admin(statement: sql.Composed, params: tuple[object, ...] = ()) -> int:
 
 def _drop(schema: str) -> None:
     _admin(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
-
-
-def _sessions_through(dsn: str, count: int) -> list[tuple[str, ...]]:
-    """The settings of ``count`` server sessions at once, seen by a plain client.
-
-    Each client holds a transaction open until all have read, so a pooler
-    in transaction mode must give each a server connection of its own:
-    with ``count`` at least the pooler's pool size, every one it has.
-    """
-    query = sql.SQL("SELECT {}").format(
-        sql.SQL(", ").join(sql.SQL("current_setting({})").format(name) for name in _SETTINGS)
-    )
-    seen = []
-    with ExitStack() as stack:
-        for _ in range(count):
-            conn = stack.enter_context(psycopg.connect(dsn, prepare_threshold=None))
-            row = conn.execute(query).fetchone()
-            assert row is not None
-            seen.append(tuple(str(value) for value in row))
-    return seen
 
 
 async def _workload(store: PostgresMemory, tasks: int, rounds: int) -> tuple[int, int]:
@@ -119,8 +113,8 @@ class TestConformanceThroughPgBouncer(MemoryStoreContract):
     pooler: Pooler
 
     @pytest.fixture(autouse=True)
-    def _through(self, pgbouncer: Pooler) -> None:
-        self.pooler = pgbouncer
+    def _through(self, pooler: Pooler) -> None:
+        self.pooler = pooler
 
     @asynccontextmanager
     async def open_store(self) -> AsyncIterator[MemoryStore]:
@@ -158,17 +152,17 @@ async def test_concurrent_calls_through_pgbouncer_all_succeed_and_leave_no_setti
     assert (calls, failed) == (720, 0)
     # Every server connection the pooler has (its pool holds 8) is handed
     # to a plain client: none carries a setting of the store.
-    sessions = await anyio.to_thread.run_sync(_sessions_through, pgbouncer.dsn, 8)
+    sessions = await anyio.to_thread.run_sync(pgbouncer.sessions, _SETTINGS, 8)
     assert sessions == [defaults] * 8
 
 
 @pytest.mark.clusters
 @pytest.mark.anyio
 async def test_the_keyword_turns_prepared_statements_off_through_pgbouncer(
-    pgbouncer: Pooler, schema: str
+    pooler: Pooler, schema: str
 ) -> None:
     async with PostgresMemory.connect(
-        pgbouncer.dsn, schema=schema, max_size=4, prepare_threshold=None
+        pooler.dsn, schema=schema, max_size=4, prepare_threshold=None
     ) as store:
         await store.setup()
         calls, failed = await _workload(store, tasks=4, rounds=8)
@@ -242,8 +236,9 @@ def _pool_sessions(pool: ConnectionPool[Any]) -> list[tuple[str, ...]]:
 @pytest.mark.clusters
 @pytest.mark.anyio
 async def test_backends_terminated_behind_pgbouncer_cost_no_remember_or_recall(
-    pgbouncer: Pooler, schema: str, backdoor: Backdoor
+    pooler: Pooler, schema: str, backdoor: Backdoor
 ) -> None:
+    pgbouncer = pooler
     # As directly: the server connections behind the pooler are terminated
     # again and again while calls run. A call whose server connection dies
     # under it (PgBouncer closes the client too) is replayed; one that was
@@ -408,3 +403,160 @@ async def test_bounds_given_as_none_leave_the_sessions_own(
             )
     finally:
         await anyio.to_thread.run_sync(pool.close)
+
+
+@pytest.mark.clusters
+@pytest.mark.anyio
+async def test_the_durability_of_a_deletion_through_pgbouncer_is_the_servers(
+    pooler: Pooler, schema: str
+) -> None:
+    # The shared test server streams to no standby; the pooler changes
+    # nothing of what the server says (its two reads may even run on two
+    # server connections).
+    async with open_url(pooler.url(schema=schema)) as store:
+        assert await store.deletion_durability() == "no_replication"
+
+
+# -- the operator's command and the MCP server, through the pooler ------------
+
+
+def _installed(name: str) -> str:
+    """A console script beside this Python, or on the PATH."""
+    beside = Path(sys.executable).parent / name
+    found = str(beside) if beside.exists() else shutil.which(name)
+    if found is None:
+        pytest.fail(f"the console script {name} is not installed")
+    return found
+
+
+def _operator(*args: str, cwd: Path, stdin: str = "") -> str:
+    """Run ``psych-memory`` to its end, never through a shell; what it wrote, once it succeeded."""
+    done = subprocess.run(
+        [_installed("psych-memory"), *args],
+        cwd=cwd,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+async def _snapshot(url: str) -> dict[tuple[str, str], tuple[Any, ...]]:
+    async with open_url(url) as store:
+        return {
+            (tenant, end_user): await store.recall(tenant, end_user)
+            for tenant in await store.tenants()
+            for end_user in await store.end_users(tenant)
+        }
+
+
+async def _seed(url: str) -> None:
+    async with open_url(url) as store:
+        for end_user, content in (("u1", "a"), ("u2", "b"), ("u1", "c\nd"), ("u1", "e")):
+            await store.remember("acme", end_user, content)
+
+
+@pytest.mark.clusters
+def test_export_erase_import_and_migrate_through_pgbouncer(
+    pooler: Pooler, schema: str, tmp_path: Path
+) -> None:
+    url = pooler.url(schema=schema)
+    copy = f"{schema}_copy"
+    try:
+        anyio.run(_seed, url)
+        before = anyio.run(_snapshot, url)
+        exported = _operator("export", url, "--tenant", "acme", "--user", "u1", cwd=tmp_path)
+        receipt = _operator(
+            "erase", url, "--tenant", "acme", "--user", "u1", "--yes", cwd=tmp_path
+        ).splitlines()
+        assert "facts deleted:  3" in receipt
+        assert "durability:     on a server with no replication" in receipt
+        assert ("acme", "u1") not in anyio.run(_snapshot, url)
+        _operator("import", url, "-", cwd=tmp_path, stdin=exported)
+        assert anyio.run(_snapshot, url) == before
+        _operator("migrate", url, pooler.url(schema=copy), cwd=tmp_path)
+        assert anyio.run(_snapshot, pooler.url(schema=copy)) == before
+    finally:
+        _drop(copy)
+
+
+_ISSUER = "https://idp.example"
+_AUDIENCE = "https://memory.example/mcp"
+
+
+@contextmanager
+def _mcp_over_http(store_url: str, public_key: Path) -> Iterator[str]:
+    """``psych-memory-mcp --http`` on a free port for tenant ``acme``; its endpoint."""
+    process = subprocess.Popen(
+        [
+            _installed("psych-memory-mcp"), "--http", "--host", "127.0.0.1", "--port", "0",
+            "--store", store_url, "--tenant", "acme", "--issuer", _ISSUER,
+            "--audience", _AUDIENCE, "--jwt-key-file", str(public_key),
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    assert process.stderr is not None
+    try:
+        # It says where it listens once it does; its later lines are not read.
+        for line in process.stderr:
+            if "listening on " in line:
+                yield line.split("listening on ", 1)[1].strip()
+                break
+        else:
+            pytest.fail("psych-memory-mcp ended without listening")
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+        process.stderr.close()
+
+
+@pytest.mark.clusters
+def test_the_mcp_server_over_http_serves_through_pgbouncer(
+    pooler: Pooler, schema: str, tmp_path: Path
+) -> None:
+    key = ec.generate_private_key(ec.SECP256R1())
+    public = tmp_path / "public.pem"
+    pem = key.public_key().public_bytes(Encoding.PEM, PublicFormat.SubjectPublicKeyInfo)
+    public.write_bytes(pem)
+    now = int(time.time())
+    token = jwt.encode(
+        {"iss": _ISSUER, "sub": "alice", "aud": _AUDIENCE, "iat": now, "exp": now + 300},
+        key,
+        algorithm="ES256",
+    )
+
+    async def calls(endpoint: str) -> tuple[list[str], str]:
+        headers = {"Authorization": f"Bearer {token}"}
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=30) as http,
+            Client(streamable_http_client(endpoint, http_client=http)) as session,
+        ):
+            saved: list[str] = []
+
+            async def remember(index: int) -> None:
+                result = await session.call_tool("remember", {"content": f"fact {index}"})
+                assert not result.is_error, result.content
+                saved.append(json.loads(_text(result))["id"])
+
+            async with anyio.create_task_group() as group:
+                for index in range(12):
+                    group.start_soon(remember, index)
+            gone = await session.call_tool("forget", {"memory_id": saved[0]})
+            assert json.loads(_text(gone))["forgotten"] is True
+            return saved, _text(await session.call_tool("recall", {}))
+
+    with _mcp_over_http(pooler.url(schema=schema, setup="auto"), public) as endpoint:
+        saved, recalled = anyio.run(calls, endpoint)
+    ids = {json.loads(line)["id"] for line in recalled.splitlines() if line.startswith("{")}
+    assert ids == set(saved[1:])
+
+
+def _text(result: CallToolResult) -> str:
+    (block,) = result.content
+    assert isinstance(block, TextContent)
+    return block.text

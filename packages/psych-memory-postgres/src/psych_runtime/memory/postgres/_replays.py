@@ -9,7 +9,10 @@ I/O and ask here what to do next, so the rules exist once:
   sent, or it is idempotent (reads, and inserts of an id chosen before the
   first attempt), or it runs in a transaction whose ``COMMIT`` was not yet
   sent (the server rolls such a transaction back when its connection goes).
-  A call a read-only server refused changed nothing and is replayed too.
+  A call a read-only server refused changed nothing and is replayed too,
+  and so is a call that got no connection at all (the pool gave none
+  within its wait bound, or a connection opened for a replay failed):
+  it sent nothing.
 - Otherwise the caller gets the port's store failure, whose
   ``may_have_taken_effect`` also counts an earlier attempt that broke
   after sending.
@@ -27,6 +30,7 @@ import psycopg
 from psycopg import sql
 from psycopg.errors import ReadOnlySqlTransaction
 from psycopg.pq import TransactionStatus
+from psycopg_pool import PoolClosed
 
 from psych_runtime.memory.port import store_events
 
@@ -41,6 +45,7 @@ __all__ = [
     "Statement",
     "drops_refusing_connection",
     "failure",
+    "fresh_next",
     "replay_settings",
     "replays",
 ]
@@ -82,7 +87,15 @@ class Call(Generic[_T]):
     uncertain: bool = False
 
 
-def replays(call: Call[Any], exc: psycopg.Error, *, broken: bool, sent: bool, attempt: int) -> bool:
+def replays(  # noqa: PLR0913 - what the attempt got to, each a keyword of its own
+    call: Call[Any],
+    exc: psycopg.Error,
+    *,
+    connected: bool,
+    broken: bool,
+    sent: bool,
+    attempt: int,
+) -> bool:
     """Whether attempt number ``attempt`` (from 1), failed with ``exc``, is followed by a replay.
 
     A replay is recorded in ``call`` and reported to the observer of the
@@ -91,16 +104,26 @@ def replays(call: Call[Any], exc: psycopg.Error, *, broken: bool, sent: bool, at
     Args:
         call: The call.
         exc: What the attempt raised.
+        connected: The attempt got a connection (from the pool, or opened
+            for it); ``False``: it sent nothing.
         broken: The attempt's connection broke.
         sent: A statement of the attempt reached the server and, in a
             transaction, its ``COMMIT`` may have.
         attempt: The failed attempt's number.
     """
-    if attempt >= ATTEMPTS or not _harmless_replay(call, exc, broken=broken, sent=sent):
+    if attempt >= ATTEMPTS:
+        return False
+    if not connected:
+        # Nothing was sent; a closed pool stays closed.
+        if isinstance(exc, PoolClosed):
+            return False
+        reason = "no connection"
+    elif _harmless_replay(call, exc, broken=broken, sent=sent):
+        reason = "connection broken" if broken else "server read-only"
+    else:
         return False
     listener = store_events.get()
     if listener is not None:
-        reason = "connection broken" if broken else "server read-only"
         listener(
             "psych_memory.replay",
             {"psych_memory.attempt": attempt + 1, "psych_memory.reason": reason},
@@ -164,22 +187,38 @@ def drops_refusing_connection(status: TransactionStatus) -> bool:
 
 
 def replay_settings(
-    conninfo: object, kwargs: object, *, attempt: int
+    conninfo: object, kwargs: object, *, fresh: bool
 ) -> tuple[str, dict[str, Any]] | None:
     """The settings of a connection opened for this attempt, or ``None`` to take the pool's.
 
     A replay runs on a connection opened for it, outside the pool: whatever
     broke the first attempt (a failover, an operator terminating backends
     one after another) may still be breaking the pool's other connections,
-    which were opened before it. Replays are rare; the extra connection
-    lives for one call. When the pool computes its settings per connection,
-    the replay takes the pool's own next connection.
+    which were opened before it, and a pool that gave the first attempt no
+    connection in time may be waiting to reconnect while the server is back
+    already. Replays are rare; the extra connection lives for one call. When
+    the pool computes its settings per connection, the replay takes the
+    pool's own next connection.
 
     Args:
         conninfo: The pool's ``conninfo``.
         kwargs: The pool's ``kwargs``.
-        attempt: The attempt's number, from 1.
+        fresh: The attempt wants a connection of its own (see `fresh_next`).
     """
-    if attempt > 1 and isinstance(conninfo, str) and isinstance(kwargs, dict | None):
+    if fresh and isinstance(conninfo, str) and isinstance(kwargs, dict | None):
         return conninfo, dict(kwargs or {})
     return None
+
+
+def fresh_next(*, fresh: bool, connected: bool) -> bool:
+    """Whether the attempt after a failed one opens a connection of its own.
+
+    It does, unless the failed attempt opened one of its own and could not:
+    the server is not reachable now, and the replay waits for the pool
+    instead, which reconnects by itself (bounded by the pool's timeout).
+
+    Args:
+        fresh: The failed attempt opened a connection of its own.
+        connected: It got a connection.
+    """
+    return connected or not fresh

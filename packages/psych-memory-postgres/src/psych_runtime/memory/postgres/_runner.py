@@ -16,8 +16,8 @@ Rules kept here, for every call:
   connection keeps a setting of the store once the call is done: behind a
   transaction pooler, or in a pool the application shares with other
   code, the server session goes back as the store found it.
-- A call whose connection broke, or that a read-only server refused, is
-  replayed or given up as `_replays` decides; this module only drives the
+- A call whose connection broke, that a read-only server refused, or
+  that got no connection, is replayed or given up as `_replays` decides; this module only drives the
   attempts, the same way on either driver.
 - Cancellation: once a statement was sent, the call runs to its end (it is
   bounded by the timeouts) before the cancellation reaches the caller, so
@@ -64,12 +64,23 @@ from ._replays import (
     Statement,
     drops_refusing_connection,
     failure,
+    fresh_next,
     replay_settings,
     replays,
 )
 from ._translate import never_reached_server
 
-__all__ = ["Bounds", "LazyPool", "Pool", "Runner", "bounds_statement", "running_loop"]
+__all__ = [
+    "RECONNECT_TIMEOUT",
+    "Bounds",
+    "LazyPool",
+    "Pool",
+    "Runner",
+    "bounds_statement",
+    "revive",
+    "revive_async",
+    "running_loop",
+]
 
 Pool: TypeAlias = "AsyncConnectionPool[Any] | ConnectionPool[Any]"
 """A psycopg pool: asynchronous (asyncio only) or synchronous (any backend)."""
@@ -79,6 +90,36 @@ _T = TypeVar("_T")
 Bounds: TypeAlias = "tuple[bytes, tuple[str, ...]]"
 
 _FATAL: Final = frozenset({"FATAL", "PANIC"})
+
+RECONNECT_TIMEOUT: Final = 0.5
+"""Seconds a pool the store opened keeps retrying one lost connection before `revive`.
+
+psycopg_pool retries a connection it could not make after 1, 2, 4, 8, 16
+seconds (and so on, up to ``reconnect_timeout``): a server back after
+20 s is found only at the retry of second 31. The store's own pools give
+up each series after this long instead, and `revive` starts a new one at
+once, so a server is tried again about twice a second for as long as it
+is unreachable, and serves the store's calls within about that of
+accepting connections.
+"""
+
+
+def revive(pool: ConnectionPool[Any]) -> None:
+    """``reconnect_failed`` of the store's synchronous pools: try to connect again, now.
+
+    `ConnectionPool.check` makes the pool grow back (one connection at a
+    time, at once, with a new series of retries) when a series given up
+    left it below its size; it looks at the pooled connections, of which
+    there are none while the server cannot be reached.
+    """
+    if not pool.closed:
+        pool.check()
+
+
+async def revive_async(pool: AsyncConnectionPool[Any]) -> None:
+    """`revive` for the store's asynchronous pool."""
+    if not pool.closed:
+        await pool.check()
 
 
 class LazyPool:
@@ -195,13 +236,14 @@ class Runner:
     # -- asyncio, psycopg's asynchronous pool ---------------------------------
 
     async def _attempts_async(self, pool: AsyncConnectionPool[Any], call: Call[_T]) -> _T:
+        own = False
         for attempt in range(1, ATTEMPTS + 1):
             used: AsyncConnection[Any] | None = None
             sent = False
             try:
-                for fresh in range(pool.max_size + 1):
-                    async with _connection_async(pool, attempt) as conn:
-                        if fresh < pool.max_size and not _alive(conn.pgconn):
+                for tried in range(pool.max_size + 1):
+                    async with _connection_async(pool, fresh=own) as conn:
+                        if tried < pool.max_size and not _alive(conn.pgconn):
                             continue
                         used = conn
                         call.sent = True
@@ -218,10 +260,14 @@ class Runner:
                             )
                         return result
             except psycopg.Error as exc:
+                connected = used is not None
                 broken = used is not None and (used.broken or _session_ended(exc))
                 sent = sent and not never_reached_server(exc)
-                if not replays(call, exc, broken=broken, sent=sent, attempt=attempt):
+                if not replays(
+                    call, exc, connected=connected, broken=broken, sent=sent, attempt=attempt
+                ):
                     self._fail(call, exc, broken=broken, sent=sent)
+                own = fresh_next(fresh=own, connected=connected)
         raise AssertionError("unreachable: the last attempt raises")  # pragma: no cover
 
     # -- any event loop, psycopg's synchronous pool in a worker thread -------
@@ -229,13 +275,14 @@ class Runner:
     def _attempts_sync(self, pool: ConnectionPool[Any], call: Call[_T]) -> _T:
         # Runs in a worker thread; ``call.sent`` and ``call.uncertain`` are
         # read only once it is done.
+        own = False
         for attempt in range(1, ATTEMPTS + 1):
             used: Connection[Any] | None = None
             sent = False
             try:
-                for fresh in range(pool.max_size + 1):
-                    with _connection_sync(pool, attempt) as conn:
-                        if fresh < pool.max_size and not _alive(conn.pgconn):
+                for tried in range(pool.max_size + 1):
+                    with _connection_sync(pool, fresh=own) as conn:
+                        if tried < pool.max_size and not _alive(conn.pgconn):
                             continue
                         used = conn
                         call.sent = True
@@ -252,10 +299,14 @@ class Runner:
                             )
                         return result
             except psycopg.Error as exc:
+                connected = used is not None
                 broken = used is not None and (used.broken or _session_ended(exc))
                 sent = sent and not never_reached_server(exc)
-                if not replays(call, exc, broken=broken, sent=sent, attempt=attempt):
+                if not replays(
+                    call, exc, connected=connected, broken=broken, sent=sent, attempt=attempt
+                ):
                     self._fail(call, exc, broken=broken, sent=sent)
+                own = fresh_next(fresh=own, connected=connected)
         raise AssertionError("unreachable: the last attempt raises")  # pragma: no cover
 
     def _fail(self, call: Call[Any], exc: psycopg.Error, *, broken: bool, sent: bool) -> NoReturn:
@@ -350,11 +401,12 @@ async def _refuse_trio() -> Any:
 
 
 def _connection_async(
-    pool: AsyncConnectionPool[Any], attempt: int
+    pool: AsyncConnectionPool[Any], *, fresh: bool
 ) -> AbstractAsyncContextManager[AsyncConnection[Any]]:
-    # The pool's own context manager unless the attempt is a replay, with
-    # no layer of ours around it: every call goes through here.
-    settings = replay_settings(pool.conninfo, pool.kwargs, attempt=attempt)
+    # The pool's own context manager unless the attempt is a replay that
+    # opens its own connection, with no layer of ours around it: every
+    # call goes through here.
+    settings = replay_settings(pool.conninfo, pool.kwargs, fresh=fresh)
     if settings is None:
         return pool.connection()
     return _fresh_async(*settings)
@@ -370,9 +422,9 @@ async def _fresh_async(
 
 
 def _connection_sync(
-    pool: ConnectionPool[Any], attempt: int
+    pool: ConnectionPool[Any], *, fresh: bool
 ) -> AbstractContextManager[Connection[Any]]:
-    settings = replay_settings(pool.conninfo, pool.kwargs, attempt=attempt)
+    settings = replay_settings(pool.conninfo, pool.kwargs, fresh=fresh)
     if settings is None:
         return pool.connection()
     return _fresh_sync(*settings)

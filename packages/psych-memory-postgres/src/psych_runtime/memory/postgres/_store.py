@@ -42,7 +42,7 @@ from . import _conversations as conversations
 from ._durability import DeletionDurability, deletion_durability
 from ._errors import ConnectionRefusedByServerError, SchemaVersionError, StoreUnavailableError
 from ._replays import Call, Conversation
-from ._runner import LazyPool, Pool, Runner, running_loop
+from ._runner import RECONNECT_TIMEOUT, LazyPool, Pool, Runner, revive, revive_async, running_loop
 from ._schema import (
     DEFAULT_SCHEMA,
     SCHEMA_VERSION,
@@ -235,6 +235,15 @@ class PostgresMemory(MemoryStore):
         pool is the synchronous one from the start. Either way every event
         loop and thread may use the store.
 
+        While no server can be reached, the pool tries to connect again
+        about twice a second (psycopg_pool's own delays grow to 16 s and
+        more), so the store serves again within about half a second of a
+        server (a restarted or newly promoted primary) accepting
+        connections. A call the pool gave no connection within
+        ``pool_timeout`` sent nothing: it is replayed on a connection
+        opened for it, and, if that cannot be opened, waits for the pool
+        once more.
+
         After the block the store is closed: its calls raise
         ``StoreClosedError``.
 
@@ -245,7 +254,8 @@ class PostgresMemory(MemoryStore):
             min_size: Connections kept open even when idle.
             max_size: The most connections open at once.
             pool_timeout: Seconds to wait for the first connections, and for a
-                free connection in each call, before failing.
+                free connection in each attempt of a call (a call waits twice
+                at most) before failing.
             statement_timeout: Seconds one statement may run.
             lock_timeout: Seconds one statement may wait for a lock.
             prepare_threshold: psycopg's: after how many runs of a statement
@@ -279,12 +289,15 @@ class PostgresMemory(MemoryStore):
             "timeout": pool_timeout,
             "open": False,
             "name": f"psych-memory:{schema}",
+            # Retries at a steady pace instead of psycopg_pool's growing
+            # delays: see `RECONNECT_TIMEOUT`.
+            "reconnect_timeout": RECONNECT_TIMEOUT,
         }
         bounds = {"statement_timeout": statement_timeout, "lock_timeout": lock_timeout}
         home = running_loop()
         if home is None:
             threaded = cls(
-                ConnectionPool(conninfo, **options),
+                ConnectionPool(conninfo, reconnect_failed=revive, **options),
                 schema=schema,
                 **bounds,
             )
@@ -294,9 +307,11 @@ class PostgresMemory(MemoryStore):
         # On asyncio: psycopg's asynchronous pool, no thread hop. Calls from
         # another event loop (a thread running its own) get a synchronous
         # pool of the same settings, opened only if that ever happens.
-        fallback = LazyPool(partial(ConnectionPool, conninfo, **options), pool_timeout)
+        fallback = LazyPool(
+            partial(ConnectionPool, conninfo, reconnect_failed=revive, **options), pool_timeout
+        )
         store = cls(
-            AsyncConnectionPool(conninfo, **options),
+            AsyncConnectionPool(conninfo, reconnect_failed=revive_async, **options),
             schema=schema,
             **bounds,
         )
@@ -604,10 +619,19 @@ class PostgresMemory(MemoryStore):
           deletion is durable on it alone.
 
         For an operator's receipt, asked right after the deletion. Needs no
-        tables and no privilege; changes nothing.
+        tables; changes nothing. The answer is the server's own, read
+        through a pooler as directly. Without ``pg_read_all_stats`` the
+        role sees the standbys but not their state, so a base backup in
+        progress counts as a standby (``"primary_only"``, the weaker
+        claim). A role refused ``pg_stat_replication`` itself learns
+        ``"synchronous_standbys"`` all the same (the setting says it), and
+        otherwise gets the server's refusal rather than a guess.
 
         Raises:
             StoreUnavailableError: The server could not be asked.
+            PostgresMemoryError: The role may not read ``pg_stat_replication``
+                (or ``pg_replication_slots``) and no standby is named
+                synchronous: the answer cannot be known.
             StoreClosedError: The store was closed.
         """
         self._check_open("deletion_durability")
