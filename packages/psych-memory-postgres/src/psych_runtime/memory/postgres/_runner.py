@@ -29,8 +29,11 @@ Rules kept here, for every call:
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import re
 import sys
 import threading
+import weakref
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from contextlib import (
     AbstractAsyncContextManager,
@@ -51,7 +54,11 @@ from psycopg import (
     Connection,
     Cursor,
 )
-from psycopg.errors import ReadOnlySqlTransaction
+from psycopg.errors import (
+    DuplicatePreparedStatement,
+    InvalidSqlStatementName,
+    ReadOnlySqlTransaction,
+)
 from psycopg.pq import ConnStatus
 from psycopg.pq.abc import PGconn
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolClosed
@@ -69,7 +76,15 @@ from ._replays import (
 )
 from ._translate import never_reached_server
 
-__all__ = ["Bounds", "LazyPool", "Pool", "Runner", "bounds_statement", "running_loop"]
+__all__ = [
+    "Bounds",
+    "LazyPool",
+    "Pool",
+    "Prepared",
+    "Runner",
+    "bounds_statement",
+    "running_loop",
+]
 
 Pool: TypeAlias = "AsyncConnectionPool[Any] | ConnectionPool[Any]"
 """A psycopg pool: asynchronous (asyncio only) or synchronous (any backend)."""
@@ -79,6 +94,95 @@ _T = TypeVar("_T")
 Bounds: TypeAlias = "tuple[bytes, tuple[str, ...]]"
 
 _FATAL: Final = frozenset({"FATAL", "PANIC"})
+
+# A statement of the common path prepared on the server is tried in at
+# most this many forms (see `_prepared_query`) before it goes unprepared.
+_PREPARED_TRIES: Final = 3
+
+_PLACEHOLDER: Final = re.compile(rb"%s")
+
+
+class Prepared:
+    """The common path's statements, prepared on each connection of a store's own pool.
+
+    A call's bounds and its statement travel as one query of the simple
+    protocol (see `_bounded`), which the server parses and plans afresh
+    each time: for a statement of a few rows that costs about as much as
+    running it. Instead each statement of the common path is prepared once
+    per connection with SQL ``PREPARE``, inside the first query that needs
+    it, and later calls send ``SET LOCAL`` bounds and ``EXECUTE``: still
+    one query, one round trip, one transaction, bounded as before, with
+    the plan the server kept. Only a store's own pool gets this (its
+    connections serve no other code), and only when it may prepare at all:
+    a store told never to prepare (behind a transaction pooler) keeps the
+    unprepared query.
+    """
+
+    __slots__ = ("_forms", "_known", "_local")
+
+    def __init__(
+        self,
+        statements: tuple[bytes, ...],
+        statement_timeout: float | None,
+        lock_timeout: float | None,
+    ) -> None:
+        self._forms = {text: _PreparedForm.of(text) for text in statements}
+        self._local = local_bounds(statement_timeout, lock_timeout)
+        # The names prepared on each connection, as far as this store knows:
+        # a connection opened for a replay, or one whose statements were
+        # deallocated, is found out by the server's answer.
+        self._known: weakref.WeakKeyDictionary[object, set[bytes]] = weakref.WeakKeyDictionary()
+
+    def form(self, text: object) -> _PreparedForm | None:
+        """The prepared form of a statement, or ``None`` for one sent unprepared."""
+        return self._forms.get(text) if type(text) is bytes else None
+
+    def query(self, conn: object, form: _PreparedForm, *, fresh: bool) -> bytes:
+        """The one query running ``form`` under the bounds on ``conn``.
+
+        Args:
+            conn: The connection.
+            form: The statement's prepared form.
+            fresh: Prepare it in the same query whatever this store knows.
+        """
+        known = self._known.get(conn)
+        if fresh or known is None or form.name not in known:
+            return form.prepare + self._local + form.execute
+        return self._local + form.execute
+
+    def ran(self, conn: object, form: _PreparedForm, *, prepared: bool) -> None:
+        """Record whether ``form`` is now prepared on ``conn``."""
+        known = self._known.get(conn)
+        if known is None:
+            known = self._known[conn] = set()
+        if prepared:
+            known.add(form.name)
+        else:
+            known.discard(form.name)
+
+
+class _PreparedForm:
+    __slots__ = ("execute", "name", "prepare")
+
+    def __init__(self, name: bytes, prepare: bytes, execute: bytes) -> None:
+        self.name = name
+        self.prepare = prepare
+        self.execute = execute
+
+    @classmethod
+    def of(cls, text: bytes) -> _PreparedForm:
+        # The name follows from the text (schema included), so two stores
+        # meeting on one server session never mean different statements by
+        # one name. Parameter types are left to the server, which infers
+        # them as it does for psycopg's own prepared statements.
+        name = b"psych_memory_" + hashlib.sha256(text).hexdigest()[:24].encode("ascii")
+        count = len(_PLACEHOLDER.findall(text))
+        numbers = iter(range(1, count + 1))
+        body = _PLACEHOLDER.sub(lambda _: b"$%d" % next(numbers), text)
+        # The query goes through a client-side cursor, which reads % as its own.
+        prepare = b"PREPARE " + name + b" AS " + body.replace(b"%", b"%%") + b"; "
+        execute = b"EXECUTE " + name + b"(" + b", ".join([b"%s"] * count) + b")"
+        return cls(name, prepare, execute)
 
 
 class LazyPool:
@@ -123,7 +227,16 @@ class LazyPool:
 class Runner:
     """Runs calls on one pool, on behalf of one store."""
 
-    __slots__ = ("_bounds", "_fallback", "_home", "_pool", "_schema", "verified")
+    __slots__ = (
+        "_bounds",
+        "_fallback",
+        "_home",
+        "_pool",
+        "_prepared",
+        "_schema",
+        "_timeouts",
+        "verified",
+    )
 
     def __init__(
         self,
@@ -141,10 +254,16 @@ class Runner:
         self._fallback: LazyPool | None = None
         self._schema = schema
         self._bounds = bounds_statement(statement_timeout, lock_timeout)
+        self._timeouts = (statement_timeout, lock_timeout)
+        self._prepared: Prepared | None = None
         # Set by the store once the recorded schema version was found
         # current; cleared here when the tables turn out missing. A plain
         # flag is enough: two tasks checking at once is harmless.
         self.verified = False
+
+    def prepare(self, statements: tuple[bytes, ...]) -> None:
+        """Run ``statements`` prepared (see `Prepared`): for a store's own pool only."""
+        self._prepared = Prepared(statements, *self._timeouts)
 
     def belong_to(self, home: asyncio.AbstractEventLoop, fallback: LazyPool) -> None:
         """Serve the asynchronous pool on ``home`` only, other loops on ``fallback``."""
@@ -214,7 +333,11 @@ class Runner:
                                 sent = True
                         else:
                             result = await _converse_async(
-                                conn, call.conversation(), self._bounds, each=True
+                                conn,
+                                call.conversation(),
+                                self._bounds,
+                                each=True,
+                                prepared=self._prepared,
                             )
                         return result
             except psycopg.Error as exc:
@@ -248,7 +371,11 @@ class Runner:
                                 sent = True
                         else:
                             result = _converse_sync(
-                                conn, call.conversation(), self._bounds, each=True
+                                conn,
+                                call.conversation(),
+                                self._bounds,
+                                each=True,
+                                prepared=self._prepared,
                             )
                         return result
             except psycopg.Error as exc:
@@ -386,15 +513,26 @@ def _fresh_sync(conninfo: str, kwargs: dict[str, Any]) -> Iterator[Connection[An
 
 
 async def _converse_async(
-    conn: AsyncConnection[Any], conversation: Conversation[_T], bounds: Bounds | None, *, each: bool
+    conn: AsyncConnection[Any],
+    conversation: Conversation[_T],
+    bounds: Bounds | None,
+    *,
+    each: bool,
+    prepared: Prepared | None = None,
 ) -> _T:
     # ``bounds`` go with the first statement, or with each (in autocommit,
-    # where every statement is a transaction of its own).
+    # where every statement is a transaction of its own). ``prepared``
+    # serves autocommit only: a refused form must leave no transaction
+    # aborted.
     async with conn.cursor() as plain:
         statement = next(conversation)
         while True:
             try:
-                cursor = await _execute_async(conn, plain, statement, bounds)
+                cursor = None
+                if prepared is not None and (form := prepared.form(statement[0])) is not None:
+                    cursor = await _execute_prepared_async(conn, statement, prepared, form)
+                if cursor is None:
+                    cursor = await _execute_async(conn, plain, statement, bounds)
             except ReadOnlySqlTransaction:
                 if drops_refusing_connection(conn.info.transaction_status):
                     await conn.close()
@@ -426,14 +564,45 @@ async def _execute_async(
     return client
 
 
+async def _execute_prepared_async(
+    conn: AsyncConnection[Any],
+    statement: Statement,
+    prepared: Prepared,
+    form: _PreparedForm,
+) -> AsyncCursor[Any] | None:
+    # The statement, prepared on the connection in the same query when this
+    # store has not prepared it there yet; ``None`` when the server refused
+    # every form (see `_refused`), for the unprepared query.
+    client = AsyncClientCursor(conn)
+    fresh = False
+    for _ in range(_PREPARED_TRIES):
+        try:
+            await client.execute(prepared.query(conn, form, fresh=fresh), statement[1])
+        except (DuplicatePreparedStatement, InvalidSqlStatementName) as exc:
+            fresh = _refused(prepared, conn, form, exc)
+            continue
+        prepared.ran(conn, form, prepared=True)
+        return _last_result(client)
+    return None
+
+
 def _converse_sync(
-    conn: Connection[Any], conversation: Conversation[_T], bounds: Bounds | None, *, each: bool
+    conn: Connection[Any],
+    conversation: Conversation[_T],
+    bounds: Bounds | None,
+    *,
+    each: bool,
+    prepared: Prepared | None = None,
 ) -> _T:
     with conn.cursor() as plain:
         statement = next(conversation)
         while True:
             try:
-                cursor = _execute_sync(conn, plain, statement, bounds)
+                cursor = None
+                if prepared is not None and (form := prepared.form(statement[0])) is not None:
+                    cursor = _execute_prepared_sync(conn, statement, prepared, form)
+                if cursor is None:
+                    cursor = _execute_sync(conn, plain, statement, bounds)
             except ReadOnlySqlTransaction:
                 if drops_refusing_connection(conn.info.transaction_status):
                     conn.close()
@@ -457,6 +626,49 @@ def _execute_sync(
     client = ClientCursor(conn)
     client.execute(*_bounded(bounds, statement, conn))
     client.nextset()
+    return client
+
+
+def _execute_prepared_sync(
+    conn: Connection[Any],
+    statement: Statement,
+    prepared: Prepared,
+    form: _PreparedForm,
+) -> Cursor[Any] | None:
+    client = ClientCursor(conn)
+    fresh = False
+    for _ in range(_PREPARED_TRIES):
+        try:
+            client.execute(prepared.query(conn, form, fresh=fresh), statement[1])
+        except (DuplicatePreparedStatement, InvalidSqlStatementName) as exc:
+            fresh = _refused(prepared, conn, form, exc)
+            continue
+        prepared.ran(conn, form, prepared=True)
+        return _last_result(client)
+    return None
+
+
+def _refused(prepared: Prepared, conn: object, form: _PreparedForm, exc: psycopg.Error) -> bool:
+    # Both refusals come before anything ran: ``PREPARE`` is the query's
+    # first statement, and ``EXECUTE`` of an unknown name fails before its
+    # statement starts; the implicit transaction (the bounds) is rolled
+    # back and the connection is idle again. The name exists already (a
+    # query that failed after preparing it, or another store's identical
+    # statement): execute it. The name is unknown (deallocated, or the
+    # session is not the one that prepared it): prepare it again. Whether
+    # to prepare in the next form is returned.
+    missing = isinstance(exc, InvalidSqlStatementName)
+    prepared.ran(conn, form, prepared=not missing)
+    return missing
+
+
+_C = TypeVar("_C", AsyncClientCursor[Any], ClientCursor[Any])
+
+
+def _last_result(client: _C) -> _C:
+    # The statement's result is the query's last: after any PREPARE and SET.
+    while client.nextset():
+        pass
     return client
 
 
@@ -519,6 +731,20 @@ def bounds_statement(statement_timeout: float | None, lock_timeout: float | None
     text = ", ".join(f"set_config('{name}', %s, true)" for name, _ in given)
     return f"SELECT {text}".encode("ascii"), tuple(
         f"{max(1, round(seconds * 1000))}ms" for _, seconds in given
+    )
+
+
+def local_bounds(statement_timeout: float | None, lock_timeout: float | None) -> bytes:
+    """``SET LOCAL`` statements for the bounds, ending in ``"; "``; empty for no bound.
+
+    Like `bounds_statement`, they last one transaction; as utility
+    statements they are neither planned nor answered with rows.
+    """
+    named = (("statement_timeout", statement_timeout), ("lock_timeout", lock_timeout))
+    return b"".join(
+        f"SET LOCAL {name} = '{max(1, round(seconds * 1000))}ms'; ".encode("ascii")
+        for name, seconds in named
+        if seconds is not None
     )
 
 

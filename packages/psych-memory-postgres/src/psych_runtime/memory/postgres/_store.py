@@ -288,6 +288,8 @@ class PostgresMemory(MemoryStore):
                 schema=schema,
                 **bounds,
             )
+            if threshold is not None:
+                threaded._runner.prepare(threaded._sql.common)
             async with _opened(threaded, conninfo, pool_timeout):
                 yield threaded
             return
@@ -301,6 +303,10 @@ class PostgresMemory(MemoryStore):
             **bounds,
         )
         store._runner.belong_to(home, fallback)
+        if threshold is not None:
+            # Its connections serve this store alone and may keep prepared
+            # statements: the common path runs prepared (see `Prepared`).
+            store._runner.prepare(store._sql.common)
         try:
             async with _opened(store, conninfo, pool_timeout):
                 yield store
