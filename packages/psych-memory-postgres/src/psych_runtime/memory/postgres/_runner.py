@@ -137,28 +137,18 @@ class Prepared:
         """The prepared form of a statement, or ``None`` for one sent unprepared."""
         return self._forms.get(text) if type(text) is bytes else None
 
-    def query(self, conn: object, form: _PreparedForm, *, fresh: bool) -> bytes:
-        """The one query running ``form`` under the bounds on ``conn``.
+    def known(self, conn: object) -> set[bytes]:
+        """The names this store prepared on ``conn``, to read and update."""
+        names = self._known.get(conn)
+        if names is None:
+            names = self._known[conn] = set()
+        return names
 
-        Args:
-            conn: The connection.
-            form: The statement's prepared form.
-            fresh: Prepare it in the same query whatever this store knows.
-        """
-        known = self._known.get(conn)
-        if fresh or known is None or form.name not in known:
+    def query(self, form: _PreparedForm, *, prepare: bool) -> bytes:
+        """The one query running ``form`` under the bounds, preparing it first if asked."""
+        if prepare:
             return form.prepare + self._local + form.execute
         return self._local + form.execute
-
-    def ran(self, conn: object, form: _PreparedForm, *, prepared: bool) -> None:
-        """Record whether ``form`` is now prepared on ``conn``."""
-        known = self._known.get(conn)
-        if known is None:
-            known = self._known[conn] = set()
-        if prepared:
-            known.add(form.name)
-        else:
-            known.discard(form.name)
 
 
 class _PreparedForm:
@@ -574,14 +564,16 @@ async def _execute_prepared_async(
     # store has not prepared it there yet; ``None`` when the server refused
     # every form (see `_refused`), for the unprepared query.
     client = AsyncClientCursor(conn)
-    fresh = False
+    known = prepared.known(conn)
     for _ in range(_PREPARED_TRIES):
+        prepare = form.name not in known
         try:
-            await client.execute(prepared.query(conn, form, fresh=fresh), statement[1])
+            await client.execute(prepared.query(form, prepare=prepare), statement[1])
         except (DuplicatePreparedStatement, InvalidSqlStatementName) as exc:
-            fresh = _refused(prepared, conn, form, exc)
+            _refused(known, form, exc)
             continue
-        prepared.ran(conn, form, prepared=True)
+        if prepare:
+            known.add(form.name)
         return _last_result(client)
     return None
 
@@ -636,30 +628,32 @@ def _execute_prepared_sync(
     form: _PreparedForm,
 ) -> Cursor[Any] | None:
     client = ClientCursor(conn)
-    fresh = False
+    known = prepared.known(conn)
     for _ in range(_PREPARED_TRIES):
+        prepare = form.name not in known
         try:
-            client.execute(prepared.query(conn, form, fresh=fresh), statement[1])
+            client.execute(prepared.query(form, prepare=prepare), statement[1])
         except (DuplicatePreparedStatement, InvalidSqlStatementName) as exc:
-            fresh = _refused(prepared, conn, form, exc)
+            _refused(known, form, exc)
             continue
-        prepared.ran(conn, form, prepared=True)
+        if prepare:
+            known.add(form.name)
         return _last_result(client)
     return None
 
 
-def _refused(prepared: Prepared, conn: object, form: _PreparedForm, exc: psycopg.Error) -> bool:
+def _refused(known: set[bytes], form: _PreparedForm, exc: psycopg.Error) -> None:
     # Both refusals come before anything ran: ``PREPARE`` is the query's
     # first statement, and ``EXECUTE`` of an unknown name fails before its
     # statement starts; the implicit transaction (the bounds) is rolled
     # back and the connection is idle again. The name exists already (a
     # query that failed after preparing it, or another store's identical
     # statement): execute it. The name is unknown (deallocated, or the
-    # session is not the one that prepared it): prepare it again. Whether
-    # to prepare in the next form is returned.
-    missing = isinstance(exc, InvalidSqlStatementName)
-    prepared.ran(conn, form, prepared=not missing)
-    return missing
+    # session is not the one that prepared it): prepare it again.
+    if isinstance(exc, InvalidSqlStatementName):
+        known.discard(form.name)
+    else:
+        known.add(form.name)
 
 
 _C = TypeVar("_C", AsyncClientCursor[Any], ClientCursor[Any])
