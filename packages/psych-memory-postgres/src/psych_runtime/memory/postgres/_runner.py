@@ -16,6 +16,10 @@ Rules kept here, for every call:
   connection keeps a setting of the store once the call is done: behind a
   transaction pooler, or in a pool the application shares with other
   code, the server session goes back as the store found it.
+- On a store's own pool (which may prepare), the common path's statements
+  are prepared once per connection and run as ``SET LOCAL`` bounds and
+  ``EXECUTE`` in one query (`Prepared`): the same round trip and
+  transaction, without the server parsing and planning the statement anew.
 - A call whose connection broke, or that a read-only server refused, is
   replayed or given up as `_replays` decides; this module only drives the
   attempts, the same way on either driver.

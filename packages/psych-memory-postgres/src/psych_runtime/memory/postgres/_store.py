@@ -221,7 +221,12 @@ class PostgresMemory(MemoryStore):
         """Open a store with a pool of its own; close both on exit.
 
         Its connections are in autocommit mode, and the store sets nothing on
-        their sessions (see `PostgresMemory`). One connection is tried
+        their sessions (see `PostgresMemory`). Unless ``prepare_threshold``
+        is ``None``, each connection keeps the statements of ``remember``,
+        ``recall``, ``recall_page``, ``forget`` and the erase of a key of
+        few facts prepared (SQL ``PREPARE``, named ``psych_memory_...``),
+        so the server plans them once: a call still sends its bounds and
+        its statement as one query, in one round trip. One connection is tried
         first: when the server refuses it (a wrong password, a role or
         database that does not exist, a bad option), opening fails at once
         with the server's words rather than after ``pool_timeout``. Opening
