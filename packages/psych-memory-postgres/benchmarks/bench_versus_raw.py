@@ -112,7 +112,9 @@ class Raw:
         return self.run(self.plain_erase, (tenant, end_user_id))
 
 
-def admin(dsn: str, statement: sql.Composable, params: tuple[object, ...] = ()) -> list[Any]:
+def admin(
+    dsn: str, statement: sql.SQL | sql.Composed, params: tuple[object, ...] = ()
+) -> list[Any]:
     with psycopg.connect(dsn, autocommit=True) as conn:
         cursor = conn.execute(statement, params)
         return cursor.fetchall() if cursor.description is not None else []
@@ -156,7 +158,8 @@ def workload(
         # Every end user erased once per lap, laps of fresh end users.
         laps = -(-count // users)
         fill(schema, f"{tag}l", users * laps, FACTS)
-        return [partial(target.erase, "bench", f"{tag}l{n}") for n in range(users * laps)][:count]
+        erases: list[Call] = [partial(target.erase, "bench", f"{tag}l{n}") for n in range(count)]
+        return erases
     # Mixed: half recalls, then remembers, forgets and erases, shuffled alike
     # for both sides.
     facts = fill(schema, f"{tag}u", users, FACTS)
