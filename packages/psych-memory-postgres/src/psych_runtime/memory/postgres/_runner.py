@@ -150,8 +150,10 @@ class Prepared:
 
     def query(self, form: _PreparedForm, *, prepare: bool) -> bytes:
         """The one query running ``form`` under the bounds, preparing it first if asked."""
+        # The bounds come first: PREPARE takes the table's lock as it parses
+        # the statement, and that wait must be bounded too.
         if prepare:
-            return form.prepare + self._local + form.execute
+            return self._local + form.prepare + form.execute
         return self._local + form.execute
 
 
@@ -647,10 +649,10 @@ def _execute_prepared_sync(
 
 
 def _refused(known: set[bytes], form: _PreparedForm, exc: psycopg.Error) -> None:
-    # Both refusals come before anything ran: ``PREPARE`` is the query's
-    # first statement, and ``EXECUTE`` of an unknown name fails before its
-    # statement starts; the implicit transaction (the bounds) is rolled
-    # back and the connection is idle again. The name exists already (a
+    # Both refusals come before anything but the bounds ran: ``PREPARE``
+    # of a name taken fails at once, and ``EXECUTE`` of an unknown name
+    # fails before its statement starts; the implicit transaction (the
+    # bounds) is rolled back and the connection is idle again. The name exists already (a
     # query that failed after preparing it, or another store's identical
     # statement): execute it. The name is unknown (deallocated, or the
     # session is not the one that prepared it): prepare it again.
