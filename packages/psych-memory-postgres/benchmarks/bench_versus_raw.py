@@ -381,9 +381,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="a short run: fewer calls and rounds")
     parser.add_argument("--no-pooler", action="store_true", help="skip the run through PgBouncer")
+    parser.add_argument("--calls", type=int, help="calls per measurement (default 1000)")
+    parser.add_argument("--rounds", type=int, help="rounds per side (default 6)")
     args = parser.parse_args()
-    count = 300 if args.quick else 1000
-    rounds = 2 if args.quick else 6
+    count = args.calls or (300 if args.quick else 1000)
+    rounds = args.rounds or (2 if args.quick else 6)
 
     schema = f"psych_bench_{uuid4().hex[:12]}"
     version = admin(DSN, sql.SQL("SHOW server_version"))[0][0]
