@@ -520,38 +520,36 @@ async def _converse_async(
     # where every statement is a transaction of its own). ``prepared``
     # serves autocommit only: a refused form must leave no transaction
     # aborted.
-    async with conn.cursor() as plain:
-        statement = next(conversation)
-        while True:
-            try:
-                cursor = None
-                if prepared is not None and (form := prepared.form(statement[0])) is not None:
-                    cursor = await _execute_prepared_async(conn, statement, prepared, form)
-                if cursor is None:
-                    cursor = await _execute_async(conn, plain, statement, bounds)
-            except ReadOnlySqlTransaction:
-                if drops_refusing_connection(conn.info.transaction_status):
-                    await conn.close()
-                raise
-            if not each:
-                bounds = None
-            rows = await cursor.fetchall() if cursor.description is not None else []
-            try:
-                statement = conversation.send((rows, cursor.rowcount))
-            except StopIteration as done:
-                result: _T = done.value
-                return result
+    statement = next(conversation)
+    while True:
+        try:
+            cursor = None
+            if prepared is not None and (form := prepared.form(statement[0])) is not None:
+                cursor = await _execute_prepared_async(conn, statement, prepared, form)
+            if cursor is None:
+                cursor = await _execute_async(conn, statement, bounds)
+        except ReadOnlySqlTransaction:
+            if drops_refusing_connection(conn.info.transaction_status):
+                await conn.close()
+            raise
+        if not each:
+            bounds = None
+        rows = await cursor.fetchall() if cursor.description is not None else []
+        try:
+            statement = conversation.send((rows, cursor.rowcount))
+        except StopIteration as done:
+            result: _T = done.value
+            return result
 
 
 async def _execute_async(
-    conn: AsyncConnection[Any],
-    cursor: AsyncCursor[Any],
-    statement: Statement,
-    bounds: Bounds | None,
+    conn: AsyncConnection[Any], statement: Statement, bounds: Bounds | None
 ) -> AsyncCursor[Any]:
     # Runs the statement, after its bounds if any, in one round trip; the
     # cursor returned holds the statement's result. See `_bounded`.
     if bounds is None:
+        # A cursor per statement, made only here: most calls never need one.
+        cursor = conn.cursor()
         await cursor.execute(statement[0], statement[1])
         return cursor
     client = AsyncClientCursor(conn)
@@ -592,33 +590,33 @@ def _converse_sync(
     each: bool,
     prepared: Prepared | None = None,
 ) -> _T:
-    with conn.cursor() as plain:
-        statement = next(conversation)
-        while True:
-            try:
-                cursor = None
-                if prepared is not None and (form := prepared.form(statement[0])) is not None:
-                    cursor = _execute_prepared_sync(conn, statement, prepared, form)
-                if cursor is None:
-                    cursor = _execute_sync(conn, plain, statement, bounds)
-            except ReadOnlySqlTransaction:
-                if drops_refusing_connection(conn.info.transaction_status):
-                    conn.close()
-                raise
-            if not each:
-                bounds = None
-            rows = cursor.fetchall() if cursor.description is not None else []
-            try:
-                statement = conversation.send((rows, cursor.rowcount))
-            except StopIteration as done:
-                result: _T = done.value
-                return result
+    statement = next(conversation)
+    while True:
+        try:
+            cursor = None
+            if prepared is not None and (form := prepared.form(statement[0])) is not None:
+                cursor = _execute_prepared_sync(conn, statement, prepared, form)
+            if cursor is None:
+                cursor = _execute_sync(conn, statement, bounds)
+        except ReadOnlySqlTransaction:
+            if drops_refusing_connection(conn.info.transaction_status):
+                conn.close()
+            raise
+        if not each:
+            bounds = None
+        rows = cursor.fetchall() if cursor.description is not None else []
+        try:
+            statement = conversation.send((rows, cursor.rowcount))
+        except StopIteration as done:
+            result: _T = done.value
+            return result
 
 
 def _execute_sync(
-    conn: Connection[Any], cursor: Cursor[Any], statement: Statement, bounds: Bounds | None
+    conn: Connection[Any], statement: Statement, bounds: Bounds | None
 ) -> Cursor[Any]:
     if bounds is None:
+        cursor = conn.cursor()
         cursor.execute(statement[0], statement[1])
         return cursor
     client = ClientCursor(conn)
