@@ -100,10 +100,11 @@ Bounds: TypeAlias = "tuple[bytes, tuple[str, ...]]"
 _FATAL: Final = frozenset({"FATAL", "PANIC"})
 
 # A statement of the common path prepared on the server is tried in at
-# most this many forms (see `_prepared_query`) before it goes unprepared.
+# most this many forms (see `_refused`) before it goes unprepared.
 _PREPARED_TRIES: Final = 3
 
 _PLACEHOLDER: Final = re.compile(rb"%s")
+_OTHER_PLACEHOLDER: Final = re.compile(rb"%[bt%]")
 
 
 class Prepared:
@@ -171,6 +172,8 @@ class _PreparedForm:
         # meeting on one server session never mean different statements by
         # one name. Parameter types are left to the server, which infers
         # them as it does for psycopg's own prepared statements.
+        if _OTHER_PLACEHOLDER.search(text):
+            raise ValueError("a prepared statement takes %s placeholders only")
         name = b"psych_memory_" + hashlib.sha256(text).hexdigest()[:24].encode("ascii")
         count = len(_PLACEHOLDER.findall(text))
         numbers = iter(range(1, count + 1))
