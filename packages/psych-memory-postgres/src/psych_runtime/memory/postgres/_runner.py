@@ -168,6 +168,11 @@ class _PreparedForm:
 
     @classmethod
     def of(cls, text: bytes) -> _PreparedForm:
+        """The forms of one statement of the store, written with ``%s`` placeholders.
+
+        Raises:
+            ValueError: ``text`` holds another placeholder or a literal ``%``.
+        """
         # The name follows from the text (schema included), so two stores
         # meeting on one server session never mean different statements by
         # one name. Parameter types are left to the server, which infers
