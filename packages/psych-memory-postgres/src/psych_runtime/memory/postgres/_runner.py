@@ -16,6 +16,10 @@ Rules kept here, for every call:
   connection keeps a setting of the store once the call is done: behind a
   transaction pooler, or in a pool the application shares with other
   code, the server session goes back as the store found it.
+- On a store's own pool (which may prepare), the common path's statements
+  are prepared once per connection and run as ``SET LOCAL`` bounds and
+  ``EXECUTE`` in one query (`Prepared`): the same round trip and
+  transaction, without the server parsing and planning the statement anew.
 - A call whose connection broke, that a read-only server refused, or
   that got no connection, is replayed or given up as `_replays` decides; this module only drives the
   attempts, the same way on either driver.
@@ -29,8 +33,11 @@ Rules kept here, for every call:
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import re
 import sys
 import threading
+import weakref
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from contextlib import (
     AbstractAsyncContextManager,
@@ -51,7 +58,11 @@ from psycopg import (
     Connection,
     Cursor,
 )
-from psycopg.errors import ReadOnlySqlTransaction
+from psycopg.errors import (
+    DuplicatePreparedStatement,
+    InvalidSqlStatementName,
+    ReadOnlySqlTransaction,
+)
 from psycopg.pq import ConnStatus
 from psycopg.pq.abc import PGconn
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolClosed
@@ -75,6 +86,7 @@ __all__ = [
     "Bounds",
     "LazyPool",
     "Pool",
+    "Prepared",
     "Runner",
     "bounds_statement",
     "revive",
@@ -122,6 +134,96 @@ async def revive_async(pool: AsyncConnectionPool[Any]) -> None:
         await pool.check()
 
 
+# A statement of the common path prepared on the server is tried in at
+# most this many forms (see `_refused`) before it goes unprepared.
+_PREPARED_TRIES: Final = 3
+
+_PLACEHOLDER: Final = re.compile(rb"%s")
+_OTHER_PLACEHOLDER: Final = re.compile(rb"%[bt%]")
+
+
+class Prepared:
+    """The common path's statements, prepared on each connection of a store's own pool.
+
+    A call's bounds and its statement travel as one query of the simple
+    protocol (see `_bounded`), which the server parses and plans afresh
+    each time: for a statement of a few rows that costs about as much as
+    running it. Instead each statement of the common path is prepared once
+    per connection with SQL ``PREPARE``, inside the first query that needs
+    it, and later calls send ``SET LOCAL`` bounds and ``EXECUTE``: still
+    one query, one round trip, one transaction, bounded as before, with
+    the plan the server kept. Only a store's own pool gets this (its
+    connections serve no other code), and only when it may prepare at all:
+    a store told never to prepare (behind a transaction pooler) keeps the
+    unprepared query.
+    """
+
+    __slots__ = ("_forms", "_known", "_local")
+
+    def __init__(
+        self,
+        statements: tuple[bytes, ...],
+        statement_timeout: float | None,
+        lock_timeout: float | None,
+    ) -> None:
+        self._forms = {text: _PreparedForm.of(text) for text in statements}
+        self._local = local_bounds(statement_timeout, lock_timeout)
+        # The names prepared on each connection, as far as this store knows:
+        # a connection opened for a replay, or one whose statements were
+        # deallocated, is found out by the server's answer.
+        self._known: weakref.WeakKeyDictionary[object, set[bytes]] = weakref.WeakKeyDictionary()
+
+    def form(self, text: object) -> _PreparedForm | None:
+        """The prepared form of a statement, or ``None`` for one sent unprepared."""
+        return self._forms.get(text) if type(text) is bytes else None
+
+    def known(self, conn: object) -> set[bytes]:
+        """The names this store prepared on ``conn``, to read and update."""
+        names = self._known.get(conn)
+        if names is None:
+            names = self._known[conn] = set()
+        return names
+
+    def query(self, form: _PreparedForm, *, prepare: bool) -> bytes:
+        """The one query running ``form`` under the bounds, preparing it first if asked."""
+        # The bounds come first: PREPARE takes the table's lock as it parses
+        # the statement, and that wait must be bounded too.
+        if prepare:
+            return self._local + form.prepare + form.execute
+        return self._local + form.execute
+
+
+class _PreparedForm:
+    __slots__ = ("execute", "name", "prepare")
+
+    def __init__(self, name: bytes, prepare: bytes, execute: bytes) -> None:
+        self.name = name
+        self.prepare = prepare
+        self.execute = execute
+
+    @classmethod
+    def of(cls, text: bytes) -> _PreparedForm:
+        """The forms of one statement of the store, written with ``%s`` placeholders.
+
+        Raises:
+            ValueError: ``text`` holds another placeholder or a literal ``%``.
+        """
+        # The name follows from the text (schema included), so two stores
+        # meeting on one server session never mean different statements by
+        # one name. Parameter types are left to the server, which infers
+        # them as it does for psycopg's own prepared statements.
+        if _OTHER_PLACEHOLDER.search(text):
+            raise ValueError("a prepared statement takes %s placeholders only")
+        name = b"psych_memory_" + hashlib.sha256(text).hexdigest()[:24].encode("ascii")
+        count = len(_PLACEHOLDER.findall(text))
+        numbers = iter(range(1, count + 1))
+        body = _PLACEHOLDER.sub(lambda _: b"$%d" % next(numbers), text)
+        # The query goes through a client-side cursor, which reads % as its own.
+        prepare = b"PREPARE " + name + b" AS " + body.replace(b"%", b"%%") + b"; "
+        execute = b"EXECUTE " + name + b"(" + b", ".join([b"%s"] * count) + b")"
+        return cls(name, prepare, execute)
+
+
 class LazyPool:
     """A synchronous pool opened on first use, from any thread, at most once."""
 
@@ -164,7 +266,16 @@ class LazyPool:
 class Runner:
     """Runs calls on one pool, on behalf of one store."""
 
-    __slots__ = ("_bounds", "_fallback", "_home", "_pool", "_schema", "verified")
+    __slots__ = (
+        "_bounds",
+        "_fallback",
+        "_home",
+        "_pool",
+        "_prepared",
+        "_schema",
+        "_timeouts",
+        "verified",
+    )
 
     def __init__(
         self,
@@ -182,10 +293,16 @@ class Runner:
         self._fallback: LazyPool | None = None
         self._schema = schema
         self._bounds = bounds_statement(statement_timeout, lock_timeout)
+        self._timeouts = (statement_timeout, lock_timeout)
+        self._prepared: Prepared | None = None
         # Set by the store once the recorded schema version was found
         # current; cleared here when the tables turn out missing. A plain
         # flag is enough: two tasks checking at once is harmless.
         self.verified = False
+
+    def prepare(self, statements: tuple[bytes, ...]) -> None:
+        """Run ``statements`` prepared (see `Prepared`): for a store's own pool only."""
+        self._prepared = Prepared(statements, *self._timeouts)
 
     def belong_to(self, home: asyncio.AbstractEventLoop, fallback: LazyPool) -> None:
         """Serve the asynchronous pool on ``home`` only, other loops on ``fallback``."""
@@ -256,7 +373,11 @@ class Runner:
                                 sent = True
                         else:
                             result = await _converse_async(
-                                conn, call.conversation(), self._bounds, each=True
+                                conn,
+                                call.conversation(),
+                                self._bounds,
+                                each=True,
+                                prepared=self._prepared,
                             )
                         return result
             except psycopg.Error as exc:
@@ -295,7 +416,11 @@ class Runner:
                                 sent = True
                         else:
                             result = _converse_sync(
-                                conn, call.conversation(), self._bounds, each=True
+                                conn,
+                                call.conversation(),
+                                self._bounds,
+                                each=True,
+                                prepared=self._prepared,
                             )
                         return result
             except psycopg.Error as exc:
@@ -438,38 +563,47 @@ def _fresh_sync(conninfo: str, kwargs: dict[str, Any]) -> Iterator[Connection[An
 
 
 async def _converse_async(
-    conn: AsyncConnection[Any], conversation: Conversation[_T], bounds: Bounds | None, *, each: bool
+    conn: AsyncConnection[Any],
+    conversation: Conversation[_T],
+    bounds: Bounds | None,
+    *,
+    each: bool,
+    prepared: Prepared | None = None,
 ) -> _T:
     # ``bounds`` go with the first statement, or with each (in autocommit,
-    # where every statement is a transaction of its own).
-    async with conn.cursor() as plain:
-        statement = next(conversation)
-        while True:
-            try:
-                cursor = await _execute_async(conn, plain, statement, bounds)
-            except ReadOnlySqlTransaction:
-                if drops_refusing_connection(conn.info.transaction_status):
-                    await conn.close()
-                raise
-            if not each:
-                bounds = None
-            rows = await cursor.fetchall() if cursor.description is not None else []
-            try:
-                statement = conversation.send((rows, cursor.rowcount))
-            except StopIteration as done:
-                result: _T = done.value
-                return result
+    # where every statement is a transaction of its own). ``prepared``
+    # serves autocommit only: a refused form must leave no transaction
+    # aborted.
+    statement = next(conversation)
+    while True:
+        try:
+            cursor = None
+            if prepared is not None and (form := prepared.form(statement[0])) is not None:
+                cursor = await _execute_prepared_async(conn, statement, prepared, form)
+            if cursor is None:
+                cursor = await _execute_async(conn, statement, bounds)
+        except ReadOnlySqlTransaction:
+            if drops_refusing_connection(conn.info.transaction_status):
+                await conn.close()
+            raise
+        if not each:
+            bounds = None
+        rows = await cursor.fetchall() if cursor.description is not None else []
+        try:
+            statement = conversation.send((rows, cursor.rowcount))
+        except StopIteration as done:
+            result: _T = done.value
+            return result
 
 
 async def _execute_async(
-    conn: AsyncConnection[Any],
-    cursor: AsyncCursor[Any],
-    statement: Statement,
-    bounds: Bounds | None,
+    conn: AsyncConnection[Any], statement: Statement, bounds: Bounds | None
 ) -> AsyncCursor[Any]:
     # Runs the statement, after its bounds if any, in one round trip; the
     # cursor returned holds the statement's result. See `_bounded`.
     if bounds is None:
+        # A cursor per statement, made only here: most calls never need one.
+        cursor = conn.cursor()
         await cursor.execute(statement[0], statement[1])
         return cursor
     client = AsyncClientCursor(conn)
@@ -478,37 +612,115 @@ async def _execute_async(
     return client
 
 
+async def _execute_prepared_async(
+    conn: AsyncConnection[Any],
+    statement: Statement,
+    prepared: Prepared,
+    form: _PreparedForm,
+) -> AsyncCursor[Any] | None:
+    # The statement, prepared on the connection in the same query when this
+    # store has not prepared it there yet; ``None`` when the server refused
+    # every form (see `_refused`), for the unprepared query.
+    client = AsyncClientCursor(conn)
+    known = prepared.known(conn)
+    for _ in range(_PREPARED_TRIES):
+        prepare = form.name not in known
+        try:
+            await client.execute(prepared.query(form, prepare=prepare), statement[1])
+        except (DuplicatePreparedStatement, InvalidSqlStatementName) as exc:
+            _refused(known, form, exc)
+            continue
+        if prepare:
+            known.add(form.name)
+        return _last_result(client)
+    return None
+
+
 def _converse_sync(
-    conn: Connection[Any], conversation: Conversation[_T], bounds: Bounds | None, *, each: bool
+    conn: Connection[Any],
+    conversation: Conversation[_T],
+    bounds: Bounds | None,
+    *,
+    each: bool,
+    prepared: Prepared | None = None,
 ) -> _T:
-    with conn.cursor() as plain:
-        statement = next(conversation)
-        while True:
-            try:
-                cursor = _execute_sync(conn, plain, statement, bounds)
-            except ReadOnlySqlTransaction:
-                if drops_refusing_connection(conn.info.transaction_status):
-                    conn.close()
-                raise
-            if not each:
-                bounds = None
-            rows = cursor.fetchall() if cursor.description is not None else []
-            try:
-                statement = conversation.send((rows, cursor.rowcount))
-            except StopIteration as done:
-                result: _T = done.value
-                return result
+    statement = next(conversation)
+    while True:
+        try:
+            cursor = None
+            if prepared is not None and (form := prepared.form(statement[0])) is not None:
+                cursor = _execute_prepared_sync(conn, statement, prepared, form)
+            if cursor is None:
+                cursor = _execute_sync(conn, statement, bounds)
+        except ReadOnlySqlTransaction:
+            if drops_refusing_connection(conn.info.transaction_status):
+                conn.close()
+            raise
+        if not each:
+            bounds = None
+        rows = cursor.fetchall() if cursor.description is not None else []
+        try:
+            statement = conversation.send((rows, cursor.rowcount))
+        except StopIteration as done:
+            result: _T = done.value
+            return result
 
 
 def _execute_sync(
-    conn: Connection[Any], cursor: Cursor[Any], statement: Statement, bounds: Bounds | None
+    conn: Connection[Any], statement: Statement, bounds: Bounds | None
 ) -> Cursor[Any]:
     if bounds is None:
+        cursor = conn.cursor()
         cursor.execute(statement[0], statement[1])
         return cursor
     client = ClientCursor(conn)
     client.execute(*_bounded(bounds, statement, conn))
     client.nextset()
+    return client
+
+
+def _execute_prepared_sync(
+    conn: Connection[Any],
+    statement: Statement,
+    prepared: Prepared,
+    form: _PreparedForm,
+) -> Cursor[Any] | None:
+    client = ClientCursor(conn)
+    known = prepared.known(conn)
+    for _ in range(_PREPARED_TRIES):
+        prepare = form.name not in known
+        try:
+            client.execute(prepared.query(form, prepare=prepare), statement[1])
+        except (DuplicatePreparedStatement, InvalidSqlStatementName) as exc:
+            _refused(known, form, exc)
+            continue
+        if prepare:
+            known.add(form.name)
+        return _last_result(client)
+    return None
+
+
+def _refused(known: set[bytes], form: _PreparedForm, exc: psycopg.Error) -> None:
+    # Both refusals come before anything but the bounds ran: ``PREPARE``
+    # of a name taken fails at once, and ``EXECUTE`` of an unknown name
+    # fails before its statement starts; the implicit transaction (the
+    # bounds) is rolled back and the connection is idle again. The name exists already (a
+    # query that failed after preparing it, or another store's identical
+    # statement): execute it. The name is unknown (deallocated, or the
+    # session is not the one that prepared it): prepare it again.
+    if isinstance(exc, InvalidSqlStatementName):
+        known.discard(form.name)
+    else:
+        known.add(form.name)
+
+
+_C = TypeVar("_C", AsyncClientCursor[Any], ClientCursor[Any])
+
+
+def _last_result(client: _C) -> _C:
+    # The statement's result is the query's last: after any PREPARE and SET.
+    while client.nextset():
+        pass
     return client
 
 
@@ -571,6 +783,20 @@ def bounds_statement(statement_timeout: float | None, lock_timeout: float | None
     text = ", ".join(f"set_config('{name}', %s, true)" for name, _ in given)
     return f"SELECT {text}".encode("ascii"), tuple(
         f"{max(1, round(seconds * 1000))}ms" for _, seconds in given
+    )
+
+
+def local_bounds(statement_timeout: float | None, lock_timeout: float | None) -> bytes:
+    """``SET LOCAL`` statements for the bounds, ending in ``"; "``; empty for no bound.
+
+    Like `bounds_statement`, they last one transaction; as utility
+    statements they are neither planned nor answered with rows.
+    """
+    named = (("statement_timeout", statement_timeout), ("lock_timeout", lock_timeout))
+    return b"".join(
+        f"SET LOCAL {name} = '{max(1, round(seconds * 1000))}ms'; ".encode("ascii")
+        for name, seconds in named
+        if seconds is not None
     )
 
 

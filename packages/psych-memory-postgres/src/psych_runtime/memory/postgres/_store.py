@@ -221,7 +221,12 @@ class PostgresMemory(MemoryStore):
         """Open a store with a pool of its own; close both on exit.
 
         Its connections are in autocommit mode, and the store sets nothing on
-        their sessions (see `PostgresMemory`). One connection is tried
+        their sessions (see `PostgresMemory`). Unless ``prepare_threshold``
+        is ``None``, each connection keeps the statements of ``remember``,
+        ``recall``, ``recall_page``, ``forget`` and the erase of a key of
+        few facts prepared (SQL ``PREPARE``, named ``psych_memory_...``),
+        so the server plans them once: a call still sends its bounds and
+        its statement as one query, in one round trip. One connection is tried
         first: when the server refuses it (a wrong password, a role or
         database that does not exist, a bad option), opening fails at once
         with the server's words rather than after ``pool_timeout``. Opening
@@ -301,6 +306,8 @@ class PostgresMemory(MemoryStore):
                 schema=schema,
                 **bounds,
             )
+            if threshold is not None:
+                threaded._runner.prepare(threaded._sql.common)
             async with _opened(threaded, conninfo, pool_timeout):
                 yield threaded
             return
@@ -316,6 +323,10 @@ class PostgresMemory(MemoryStore):
             **bounds,
         )
         store._runner.belong_to(home, fallback)
+        if threshold is not None:
+            # Its connections serve this store alone and may keep prepared
+            # statements: the common path runs prepared (see `Prepared`).
+            store._runner.prepare(store._sql.common)
         try:
             async with _opened(store, conninfo, pool_timeout):
                 yield store
