@@ -15,7 +15,9 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from google.adk.agents import LlmAgent
-from google.adk.models import BaseLlm, LlmRequest, LlmResponse
+from google.adk.models import BaseLlm
+from google.adk.models.llm_request import LlmRequest
+from google.adk.models.llm_response import LlmResponse
 from google.adk.runners import InMemoryRunner
 from google.genai import types
 from pydantic import Field
@@ -58,7 +60,7 @@ def scripted(*steps: Step) -> ScriptedLlm:
 def instruction_of(request: LlmRequest) -> str:
     # ADK appends its own paragraph naming the agent; ours is what comes before.
     text = str(request.config.system_instruction or "")
-    return text.split("\n\nYou are an agent.")[0]
+    return text.split("\n\nYou are an agent.", maxsplit=1)[0]
 
 
 def tool_results(events: list[Any]) -> list[dict[str, Any]]:
@@ -77,7 +79,12 @@ async def store(tmp_path: Path) -> AsyncIterator[SqliteMemory]:
 
 
 async def run(
-    store: SqliteMemory, model: ScriptedLlm, user: str, text: str, *, limits: ToolLimits | None = None
+    store: SqliteMemory,
+    model: ScriptedLlm,
+    user: str,
+    text: str,
+    *,
+    limits: ToolLimits | None = None,
 ) -> list[Any]:
     agent = LlmAgent(
         name="assistant",
@@ -90,7 +97,9 @@ async def run(
     message = types.Content(role="user", parts=[types.Part(text=text)])
     return [
         event
-        async for event in runner.run_async(user_id=user, session_id=session.id, new_message=message)
+        async for event in runner.run_async(
+            user_id=user, session_id=session.id, new_message=message
+        )
     ]
 
 
@@ -108,7 +117,8 @@ async def test_remember_then_instruction_then_forget_across_three_runs(store: Sq
     events = await run(store, second, "alice", "Forget the warehouse.")
     prompt = instruction_of(second.requests[0])
     assert prompt.startswith(INSTRUCTION)
-    assert fact in prompt and saved.id in prompt
+    assert fact in prompt
+    assert saved.id in prompt
     assert tool_results(events) == [{"forgotten": True}]
     assert await store.recall("acme", "alice") == ()
 
@@ -131,7 +141,9 @@ async def test_the_block_is_the_python_tools_block_with_their_budget(store: Sqli
 @pytest.mark.asyncio
 async def test_two_end_users_in_parallel_never_see_each_other(store: SqliteMemory) -> None:
     facts = {"alice": "Alice works nights", "bob": "Bob is vegetarian"}
-    models = {u: scripted(call("remember", {"content": f}), say("Noted.")) for u, f in facts.items()}
+    models = {
+        u: scripted(call("remember", {"content": f}), say("Noted.")) for u, f in facts.items()
+    }
     await asyncio.gather(*(run(store, models[user], user, "x") for user in facts))
     later = {user: scripted(say("Hi.")) for user in facts}
     await asyncio.gather(*(run(store, later[user], user, "x") for user in facts))
@@ -179,7 +191,9 @@ async def test_the_model_sees_only_the_python_tools_declarations(store: SqliteMe
 
 
 @pytest.mark.asyncio
-async def test_a_run_without_an_end_user_fails_before_the_model_is_called(store: SqliteMemory) -> None:
+async def test_a_run_without_an_end_user_fails_before_the_model_is_called(
+    store: SqliteMemory,
+) -> None:
     model = scripted(say("Hi."))
     with pytest.raises(NoEndUserError, match="names no end user"):
         await run(store, model, "", "x")

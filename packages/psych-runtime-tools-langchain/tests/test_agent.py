@@ -24,9 +24,9 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode
 from pydantic import Field
 
+from psych_runtime.memory.port import memory_key
 from psych_runtime.memory.sqlite import SqliteMemory
 from psych_runtime.tools.builtins import FORGET, REMEMBER, MemoryTools, ToolLimits
-from psych_runtime.memory.port import memory_key
 from psych_runtime.tools.langchain import (
     MemoryContext,
     MemoryMiddleware,
@@ -43,7 +43,7 @@ class ScriptedModel(GenericFakeChatModel):
     prompts: list[list[BaseMessage]] = Field(default_factory=list)
     bound: list[dict[str, Any]] = Field(default_factory=list)
 
-    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> ScriptedModel:  # type: ignore[override]
+    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> ScriptedModel:
         self.bound = [convert_to_openai_tool(tool) for tool in tools]
         return self
 
@@ -71,7 +71,9 @@ def scripted(*steps: Step) -> ScriptedModel:
 
 
 def call(name: str, arguments: dict[str, Any], call_id: str = "c1") -> Step:
-    return lambda _: AIMessage(content="", tool_calls=[{"name": name, "args": arguments, "id": call_id}])
+    return lambda _: AIMessage(
+        content="", tool_calls=[{"name": name, "args": arguments, "id": call_id}]
+    )
 
 
 def say(text: str) -> Step:
@@ -129,7 +131,8 @@ async def test_remember_then_prompt_then_forget_across_three_runs(store: SqliteM
     result = await run(store, second, "acme", "alice", "Forget the warehouse.")
     prompt = system_text(second.prompts[0])
     assert prompt.startswith("You are a helpful assistant.")
-    assert fact in prompt and saved.id in prompt
+    assert fact in prompt
+    assert saved.id in prompt
     assert json.loads(tool_messages(result)[0].text) == {"forgotten": True}
     assert await store.recall("acme", "alice") == ()
 
@@ -145,7 +148,9 @@ async def test_the_block_is_the_python_tools_block_with_their_budget(store: Sqli
     limits = ToolLimits(max_prompt_chars=2000)
     model = scripted(say("Hello."))
     agent = create_agent(model, middleware=[MemoryMiddleware(store, limits=limits)])
-    await agent.ainvoke({"messages": [{"role": "user", "content": "Hi."}]}, context=MemoryContext("acme", "alice"))
+    await agent.ainvoke(
+        {"messages": [{"role": "user", "content": "Hi."}]}, context=MemoryContext("acme", "alice")
+    )
     expected = await MemoryTools(store, memory_key("acme", "alice"), limits=limits).prompt()
     assert system_text(model.prompts[0]) == expected
     assert len(expected) <= 2000
@@ -154,7 +159,10 @@ async def test_the_block_is_the_python_tools_block_with_their_budget(store: Sqli
 @pytest.mark.asyncio
 async def test_two_end_users_in_parallel_never_see_each_other(store: SqliteMemory) -> None:
     facts = {"alice": "Alice works nights", "bob": "Bob is vegetarian"}
-    models = {user: scripted(call("remember", {"content": fact}), say("Noted.")) for user, fact in facts.items()}
+    models = {
+        user: scripted(call("remember", {"content": fact}), say("Noted."))
+        for user, fact in facts.items()
+    }
     await asyncio.gather(*(run(store, models[user], "acme", user, "x") for user in facts))
     later = {user: scripted(say("Hi.")) for user in facts}
     await asyncio.gather(*(run(store, later[user], "acme", user, "x") for user in facts))
@@ -192,18 +200,24 @@ async def test_the_model_sees_only_the_python_tools_schemas(store: SqliteMemory)
         shown = by_name[spec.name]
         assert shown["description"] == spec.description
         assert shown["parameters"] == spec.input_schema
-        assert not {"tenant", "end_user_id", "scope", "runtime"} & set(shown["parameters"]["properties"])
+        assert not {"tenant", "end_user_id", "scope", "runtime"} & set(
+            shown["parameters"]["properties"]
+        )
 
 
 @pytest.mark.asyncio
-async def test_a_run_without_an_end_user_fails_before_the_model_is_called(store: SqliteMemory) -> None:
+async def test_a_run_without_an_end_user_fails_before_the_model_is_called(
+    store: SqliteMemory,
+) -> None:
     model = scripted(say("Hi."))
     agent = create_agent(model, middleware=[MemoryMiddleware(store)])
     with pytest.raises(NoEndUserError, match="names no tenant and end user"):
         await agent.ainvoke({"messages": [{"role": "user", "content": "x"}]})
     half = create_agent(model, middleware=[MemoryMiddleware(store)])
     with pytest.raises(NoEndUserError):
-        await half.ainvoke({"messages": [{"role": "user", "content": "x"}]}, context={"tenant": "acme"})
+        await half.ainvoke(
+            {"messages": [{"role": "user", "content": "x"}]}, context={"tenant": "acme"}
+        )
     assert model.prompts == []
 
 
@@ -212,7 +226,9 @@ async def test_identity_from_config_configurable(store: SqliteMemory) -> None:
     model = scripted(call("remember", {"content": "Speaks French"}), say("Noted."))
     agent = create_agent(model, middleware=[MemoryMiddleware(store)])
     configurable = {"tenant": "acme", "end_user_id": "carol"}
-    await agent.ainvoke({"messages": [{"role": "user", "content": "x"}]}, config={"configurable": configurable})
+    await agent.ainvoke(
+        {"messages": [{"role": "user", "content": "x"}]}, config={"configurable": configurable}
+    )
     assert [m.content for m in await store.recall("acme", "carol")] == ["Speaks French"]
 
 
@@ -223,7 +239,9 @@ async def test_plain_tool_node_runs_for_the_configured_user(store: SqliteMemory)
     builder.add_edge(START, "tools")
     builder.add_edge("tools", END)
     node = builder.compile()
-    message = AIMessage(content="", tool_calls=[{"name": "remember", "args": {"content": "Likes tea"}, "id": "t1"}])
+    message = AIMessage(
+        content="", tool_calls=[{"name": "remember", "args": {"content": "Likes tea"}, "id": "t1"}]
+    )
     config: Any = {"configurable": {"tenant": "acme", "end_user_id": "dave"}}
     result = await node.ainvoke({"messages": [message]}, config=config)
     answer = result["messages"][-1]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from google.adk.agents.readonly_context import ReadonlyContext
+
 from psych_runtime.memory.port import MemoryStore
 from psych_runtime.tools.builtins import MemoryTools, ToolLimits
 

@@ -1,4 +1,4 @@
-"""ADK's memory-service interface over a Psych store: facts in, the user's facts out, real deletes."""
+"""ADK's memory-service interface over a Psych store, with real deletes."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from google.adk.memory import BaseMemoryService
 from google.adk.memory.base_memory_service import SearchMemoryResponse
 from google.adk.memory.memory_entry import MemoryEntry
 from google.genai import types
+
 from psych_runtime.memory.port import (
     InvalidContentError,
     MemoryKey,
@@ -112,7 +113,9 @@ class StoreMemoryService(BaseMemoryService):
         """
         await self._add(self._key(app_name, user_id), (_text(m.content) for m in memories))
 
-    async def search_memory(self, *, app_name: str, user_id: str, query: str) -> SearchMemoryResponse:
+    async def search_memory(
+        self, *, app_name: str, user_id: str, query: str
+    ) -> SearchMemoryResponse:
         """Return every fact of the user, oldest first; ``query`` is not used.
 
         Raises:

@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from google.adk.tools import BaseTool, ToolContext
+from google.adk.agents.llm_agent import ToolUnion
+from google.adk.tools.base_tool import BaseTool
+from google.adk.tools.tool_context import ToolContext
 from google.genai import types
+
 from psych_runtime.memory.port import MemoryStore
 from psych_runtime.tools.builtins import MemoryTools, ToolLimits, ToolSpec, memory_tool_specs
 
@@ -37,7 +40,7 @@ class _MemoryTool(BaseTool):
 
 def memory_tools(
     memory: MemoryStore, *, tenant: str | None = None, limits: ToolLimits | None = None
-) -> list[BaseTool]:
+) -> list[ToolUnion]:
     """Return ``remember`` and ``forget`` as ADK tools, for any session's user.
 
     Give them to an ``LlmAgent(tools=...)``. Each call runs for the user of
@@ -55,7 +58,7 @@ def memory_tools(
         limits: The tools' limits; ``None`` for the defaults.
 
     Returns:
-        ``[remember, forget]``.
+        ``[remember, forget]``, as the list ``LlmAgent(tools=...)`` takes.
 
     Raises:
         TypeError: ``memory`` is not a `MemoryStore`, ``tenant`` is neither

@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
 from langchain_core.messages import AIMessage, SystemMessage
 from langchain_core.runnables import ensure_config
+
+from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
 from psych_runtime.memory.port import MemoryStore
 from psych_runtime.tools.builtins import MemoryTools, ToolLimits
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from langchain.tools import ToolRuntime
 from langchain_core.tools import BaseTool, StructuredTool, ToolException
+
+from langchain.tools import ToolRuntime
 from psych_runtime.memory.port import MemoryStore
 from psych_runtime.tools.builtins import MemoryTools, ToolLimits, ToolSpec, memory_tool_specs
 
