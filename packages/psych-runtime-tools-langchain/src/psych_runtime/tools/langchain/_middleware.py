@@ -18,7 +18,7 @@ from ._tools import memory_tools
 __all__ = ["MemoryMiddleware"]
 
 
-class MemoryMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
+class MemoryMiddleware(AgentMiddleware[AgentState[Any], Any]):
     """Memory for a ``create_agent`` agent: the tools, and the facts in the system prompt.
 
     ``create_agent(model, middleware=[MemoryMiddleware(store)],
