@@ -69,7 +69,9 @@ class ScriptedModel:
         calls = self.decide(self.instructions[-1])
         if not calls:
             return ModelResponse(parts=[TextPart("nothing to do")])
-        parts = [ToolCallPart(name, args, tool_call_id=f"c{i}") for i, (name, args) in enumerate(calls)]
+        parts = [
+            ToolCallPart(name, args, tool_call_id=f"c{i}") for i, (name, args) in enumerate(calls)
+        ]
         return ModelResponse(parts=list(parts))
 
 
@@ -82,7 +84,6 @@ def facts_in(instructions: str) -> dict[str, str]:
             if "id" in entry:
                 facts[entry["id"]] = entry["fact"]
     return facts
-
 
 
 def agent(store: SqliteMemory, **limits: int) -> Agent[Deps, str]:

@@ -147,7 +147,9 @@ class MemoryToolset(AbstractToolset[DepsT], Generic[DepsT]):
             InvalidKeyError: See `bind`.
         """
         tools = self.bind(ctx.deps)
-        bound = MemoryToolset(self._memory, identity=self._identity, limits=self._limits, id=self._id)
+        bound = MemoryToolset(
+            self._memory, identity=self._identity, limits=self._limits, id=self._id
+        )
         # One MemoryTools per run: its parallel remember calls count and add one at a time.
         bound._bound = tools
         return bound
