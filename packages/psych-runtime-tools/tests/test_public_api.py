@@ -31,6 +31,7 @@ def test_all_is_exactly_the_public_api() -> None:
         "check_arguments",
         "check_content",
         "memory_full",
+        "memory_tool_specs",
         "memory_tools",
         "refusal",
         "render_memories",

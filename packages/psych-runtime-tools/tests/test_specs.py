@@ -10,12 +10,15 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from psych_runtime.memory.inproc import InProcessMemory
-from psych_runtime.memory.port import MAX_CONTENT_LENGTH
+from psych_runtime.memory.port import MAX_CONTENT_LENGTH, memory_key
 from psych_runtime.tools.builtins import (
     DEFAULT_MAX_FACT_LENGTH,
     FORGET,
     REMEMBER,
+    MemoryTools,
+    ToolLimits,
     ToolSpec,
+    memory_tool_specs,
     memory_tools,
 )
 
@@ -233,3 +236,17 @@ def test_shapes_leave_what_they_do_not_understand_unchanged() -> None:
     properties = {"any": True, "n": {"type": ["string", "null"]}}
     assert spec.as_openai()["function"]["parameters"]["properties"] == properties
     assert spec.as_gemini()["parameters"]["properties"] == properties
+
+
+def test_memory_tool_specs_are_the_bound_tools_specs() -> None:
+    store = InProcessMemory()
+    for limits in (ToolLimits(), ToolLimits(max_fact_length=80), ToolLimits(max_fact_length=None)):
+        bound = MemoryTools(store, memory_key("acme", "u1"), limits=limits)
+        assert memory_tool_specs(limits) == bound.specs
+    assert memory_tool_specs() == (REMEMBER, FORGET)
+    assert "at most 80 characters" in memory_tool_specs(ToolLimits(max_fact_length=80))[0].description
+
+
+def test_memory_tool_specs_refuses_what_is_not_limits() -> None:
+    with pytest.raises(TypeError, match="limits must be a ToolLimits"):
+        memory_tool_specs({"max_facts": 3})  # type: ignore[arg-type]

@@ -12,7 +12,9 @@ tools are bound; the model never names them.
 
 Other front ends of the same tools (an MCP server) reuse the checks and texts
 of a refused call: `check_arguments`, `check_content`, `memory_full`,
-`refusal`, `RefusedCallError` and `KEY_ARGUMENTS`.
+`refusal`, `RefusedCallError` and `KEY_ARGUMENTS`; one that publishes the
+tools before any end user is known (an agent framework) takes their specs
+from `memory_tool_specs`.
 """
 
 # First: refuses, in one clear message, the one layout where nothing can work.
@@ -38,6 +40,7 @@ from ._tools import (
     REMEMBER,
     MemoryTools,
     UnknownToolError,
+    memory_tool_specs,
     memory_tools,
 )
 from ._version import __version__ as __version__
@@ -59,6 +62,7 @@ __all__ = [
     "check_arguments",
     "check_content",
     "memory_full",
+    "memory_tool_specs",
     "memory_tools",
     "refusal",
     "render_memories",

@@ -30,6 +30,7 @@ __all__ = [
     "REMEMBER",
     "MemoryTools",
     "UnknownToolError",
+    "memory_tool_specs",
     "memory_tools",
 ]
 
@@ -93,6 +94,31 @@ FORGET: Final = ToolSpec(
     },
 )
 """The spec of the ``forget`` tool."""
+
+def memory_tool_specs(limits: ToolLimits | None = None) -> tuple[ToolSpec, ToolSpec]:
+    """Return the specs of ``remember`` and ``forget`` for ``limits``, bound to no one.
+
+    For a front end that publishes the tools before any end user is known
+    (an agent framework's tool list, built once) and binds `MemoryTools`
+    per run: these are exactly the `MemoryTools.specs` of tools bound with
+    the same ``limits``.
+
+    Args:
+        limits: The limits of the tools; ``None`` for the defaults.
+
+    Returns:
+        ``remember`` (stating ``limits.max_fact_length``), then ``forget``.
+
+    Raises:
+        TypeError: ``limits`` is neither ``None`` nor a `ToolLimits`.
+    """
+    if limits is None:
+        return (REMEMBER, FORGET)
+    if not isinstance(limits, ToolLimits):
+        raise TypeError(f"limits must be a ToolLimits, not {type(limits).__qualname__}")
+    length = limits.fact_length
+    return (REMEMBER if length == DEFAULT_MAX_FACT_LENGTH else _remember_spec(length), FORGET)
+
 
 # What the three limit keywords hold when left alone: with ``limits`` they must be.
 _DEFAULT_LIMITS: Final = (DEFAULT_MAX_FACTS, DEFAULT_MAX_FACT_LENGTH, DEFAULT_MAX_PROMPT_CHARS)
@@ -173,8 +199,7 @@ class MemoryTools:
         self._memory = memory
         self._key = key
         self._limits = limits
-        length = limits.fact_length
-        self._remember = REMEMBER if length == DEFAULT_MAX_FACT_LENGTH else _remember_spec(length)
+        self._remember = memory_tool_specs(limits)[0]
         # Counting and adding must be one step for the tasks of this toolset.
         self._lock = LoopLock()
 
