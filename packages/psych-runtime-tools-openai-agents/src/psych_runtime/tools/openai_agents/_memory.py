@@ -1,4 +1,4 @@
-"""`remember` and `forget` as Agents SDK function tools, and the memory block in the instructions."""
+"""`remember` and `forget` as Agents SDK function tools, the memory block in the instructions."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from agents import Agent, FunctionTool, RunContextWrapper
 from agents.tool_context import ToolContext
 
 from psych_runtime.memory.port import MemoryKey, MemoryStore, Scope, memory_key
-from psych_runtime.tools.builtins import MemoryTools, ToolLimits, ToolSpec
+from psych_runtime.tools.builtins import MemoryTools, ToolLimits, ToolSpec, memory_tool_specs
 
 from ._errors import NoEndUserError
 
@@ -89,9 +89,7 @@ class AgentMemory(Generic[ContextT]):
         self._identity = identity
         self._limits = limits
         self._bound: OrderedDict[MemoryKey, MemoryTools] = OrderedDict()
-        # The specs do not depend on the user: any bound tools give the same.
-        specs = MemoryTools(memory, MemoryKey("-", "-"), limits=limits).specs
-        self._tools = tuple(self._function_tool(spec) for spec in specs)
+        self._tools = tuple(self._function_tool(spec) for spec in memory_tool_specs(limits))
 
     @property
     def memory(self) -> MemoryStore:
@@ -157,7 +155,7 @@ class AgentMemory(Generic[ContextT]):
             InvalidKeyError: The tenant or end-user id breaks a key rule.
         """
         identity = self._identity(context)
-        if not isinstance(identity, tuple) or len(identity) != 2:  # noqa: PLR2004 - a pair
+        if not isinstance(identity, tuple) or len(identity) != 2:
             raise TypeError(
                 "identity must return a (scope, end_user_id) pair, "
                 f"not {type(identity).__qualname__}"
