@@ -30,9 +30,7 @@ Instructions = Callable[[RunContextWrapper[ContextT], Agent[ContextT]], Awaitabl
 """Dynamic instructions as the Agents SDK takes them: ``(context, agent) -> str``."""
 
 _BaseInstructions = (
-    str
-    | Callable[[RunContextWrapper[ContextT], Agent[ContextT]], str | Awaitable[str]]
-    | None
+    str | Callable[[RunContextWrapper[ContextT], Agent[ContextT]], str | Awaitable[str]] | None
 )
 
 # The tools bound to the most recent end users are kept, so that parallel
@@ -129,9 +127,7 @@ class AgentMemory(Generic[ContextT]):
         if base is not None and not isinstance(base, str) and not callable(base):
             raise TypeError(f"base must be None, a str or callable, not {type(base).__qualname__}")
 
-        async def instructions(
-            context: RunContextWrapper[ContextT], agent: Agent[ContextT]
-        ) -> str:
+        async def instructions(context: RunContextWrapper[ContextT], agent: Agent[ContextT]) -> str:
             block = await self.bind(context.context).prompt()
             text = await _text_of(base, context, agent)
             return "\n\n".join(part for part in (text, block) if part)
