@@ -77,6 +77,6 @@ def test_one_key_is_bound_once() -> None:
 
 
 def test_identity_must_return_a_pair() -> None:
-    tools = AgentMemory(InProcessMemory(), identity=lambda context: "acme")  # type: ignore[arg-type,return-value]
+    tools: AgentMemory[None] = AgentMemory(InProcessMemory(), identity=lambda context: "acme")  # type: ignore[arg-type,return-value]
     with pytest.raises(TypeError, match=r"\(scope, end_user_id\) pair"):
         tools.bind(None)

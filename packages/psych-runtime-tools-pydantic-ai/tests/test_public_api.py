@@ -68,6 +68,6 @@ def test_bad_wiring_fails_when_built() -> None:
 
 
 def test_identity_must_return_a_pair() -> None:
-    toolset = MemoryToolset(InProcessMemory(), identity=lambda deps: "acme")  # type: ignore[arg-type,return-value]
+    toolset: MemoryToolset[None] = MemoryToolset(InProcessMemory(), identity=lambda deps: "acme")  # type: ignore[arg-type,return-value]
     with pytest.raises(TypeError, match=r"\(scope, end_user_id\) pair"):
         toolset.bind(None)

@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Final, Generic, TypeVar
 
 from agents import Agent, FunctionTool, RunContextWrapper
+from agents.tool import Tool
 from agents.tool_context import ToolContext
 
 from psych_runtime.memory.port import MemoryKey, MemoryStore, Scope, memory_key
@@ -100,7 +101,7 @@ class AgentMemory(Generic[ContextT]):
         return self._limits
 
     @property
-    def tools(self) -> list[FunctionTool]:
+    def tools(self) -> list[Tool]:
         """``remember`` and ``forget``, for ``Agent(tools=...)``."""
         return list(self._tools)
 
@@ -150,7 +151,8 @@ class AgentMemory(Generic[ContextT]):
                 pair, or a part of the wrong type.
             InvalidKeyError: The tenant or end-user id breaks a key rule.
         """
-        identity = self._identity(context)
+        # Typed as a pair, but written by the application: checked all the same.
+        identity: object = self._identity(context)
         if not isinstance(identity, tuple) or len(identity) != 2:
             raise TypeError(
                 "identity must return a (scope, end_user_id) pair, "

@@ -122,7 +122,8 @@ class MemoryToolset(AbstractToolset[DepsT], Generic[DepsT]):
                 pair, or a part of the wrong type.
             InvalidKeyError: The tenant or end-user id breaks a key rule.
         """
-        identity = self._identity(deps)
+        # Typed as a pair, but written by the application: checked all the same.
+        identity: object = self._identity(deps)
         if not isinstance(identity, tuple) or len(identity) != 2:
             raise TypeError(
                 "identity must return a (scope, end_user_id) pair, "
