@@ -57,7 +57,7 @@ class ScriptedModel:
     tools: list[list[ToolDefinition]] = field(default_factory=list)
     returned: list[str] = field(default_factory=list)
 
-    def __call__(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    def respond(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         self.instructions.append(info.instructions or "")
         self.tools.append(list(info.function_tools))
         last = messages[-1]
@@ -97,7 +97,7 @@ def agent(store: SqliteMemory, **limits: int) -> Agent[Deps, str]:
 
 async def run(agent: Agent[Deps, str], decide: Decide, deps: Deps) -> ScriptedModel:
     model = ScriptedModel(decide)
-    await agent.run("hello", deps=deps, model=FunctionModel(model))
+    await agent.run("hello", deps=deps, model=FunctionModel(model.respond))
     return model
 
 
@@ -160,10 +160,10 @@ async def test_a_run_without_end_user_fails_before_the_model_is_called(
     async with SqliteMemory(tmp_path / "facts.sqlite3") as store:
         model = ScriptedModel(remember(FACT))
         with pytest.raises(NoEndUserError, match="no end user"):
-            await agent(store).run("hello", deps=Deps(TENANT, None), model=FunctionModel(model))
+            await agent(store).run("hello", deps=Deps(TENANT, None), model=FunctionModel(model.respond))
         assert model.instructions == []
         with pytest.raises(InvalidKeyError):
-            await agent(store).run("hello", deps=Deps(" acme", "u"), model=FunctionModel(model))
+            await agent(store).run("hello", deps=Deps(" acme", "u"), model=FunctionModel(model.respond))
         assert model.instructions == []
 
 
