@@ -5,8 +5,8 @@ from __future__ import annotations
 import sqlite3
 import threading
 import uuid
-from collections.abc import Iterator
-from contextlib import closing, contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, closing, contextmanager
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
@@ -25,7 +25,7 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _OLD_START = datetime(2001, 1, 1, tzinfo=UTC)
 LARGE = 5_000
 USERS = 50
-DEADLINE = 60.0
+LockAfterFirstBatch = Callable[[Path, Callable[[], int]], AbstractContextManager[list[int]]]
 WRITER_PACE = 0.02
 
 
@@ -156,33 +156,15 @@ async def test_a_bad_cutoff_or_tenant_is_refused_before_the_file_is_touched(
 
 
 async def test_an_expire_interrupted_between_batches_is_finished_by_a_rerun(
-    db_path: Path,
+    db_path: Path, lock_after_first_batch: LockAfterFirstBatch
 ) -> None:
     async with SqliteMemory(db_path, busy_timeout=0.2) as memory:
         load_aged(db_path, "acme", LARGE)
-        release = threading.Event()
-        holding: list[int] = []
-
-        def hold_the_write_lock() -> None:
-            # Takes the write lock as soon as a batch has committed, like any
-            # writer given its turn between two batches, and keeps it past the
-            # store's busy timeout.
-            with closing(sqlite3.connect(db_path, timeout=DEADLINE, isolation_level=None)) as raw:
-                while held(db_path, "acme") == LARGE:
-                    pass
-                raw.execute("BEGIN IMMEDIATE")
-                holding.append(held(db_path, "acme"))
-                release.wait(DEADLINE)
-                raw.execute("ROLLBACK")
-
-        holder = threading.Thread(target=hold_the_write_lock)
-        holder.start()
-        try:
-            with pytest.raises(DatabaseUnavailableError) as caught:
-                await memory.expire("acme", before=made(LARGE))
-        finally:
-            release.set()
-            await anyio.to_thread.run_sync(holder.join)
+        with (
+            lock_after_first_batch(db_path, lambda: held(db_path, "acme")) as holding,
+            pytest.raises(DatabaseUnavailableError) as caught,
+        ):
+            await memory.expire("acme", before=made(LARGE))
         error = caught.value
         assert error.operation == "expire"
         assert error.may_have_taken_effect is True

@@ -6,9 +6,8 @@ Another process writing during a large erase is in test_processes.py.
 from __future__ import annotations
 
 import sqlite3
-import threading
 from collections.abc import Callable
-from contextlib import closing
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import anyio
@@ -23,11 +22,11 @@ pytestmark = pytest.mark.anyio
 
 Stored = Callable[[Path, str], int]
 Load = Callable[[Path, str, int], None]
+LockAfterFirstBatch = Callable[[Path, Callable[[], int]], AbstractContextManager[list[int]]]
 
 # Enough facts for several batches at any speed: each batch may at most
 # double the last, from a thousand facts.
 MEDIUM = 20_000
-DEADLINE = 60.0
 
 
 async def first_batch_committed(stored: Stored, db_path: Path) -> int:
@@ -38,33 +37,15 @@ async def first_batch_committed(stored: Stored, db_path: Path) -> int:
 
 
 async def test_an_erase_that_fails_between_batches_is_finished_by_a_retry(
-    db_path: Path, load: Load, stored: Stored
+    db_path: Path, load: Load, stored: Stored, lock_after_first_batch: LockAfterFirstBatch
 ) -> None:
     async with SqliteMemory(db_path, busy_timeout=0.2) as memory:
         load(db_path, "big", MEDIUM)
-        failed = threading.Event()
-        holding: list[int] = []
-
-        def hold_the_write_lock() -> None:
-            # Waits for its turn like any writer, which a running erase gives
-            # between two batches, and then keeps the lock past the erase's
-            # busy timeout.
-            with closing(sqlite3.connect(db_path, timeout=DEADLINE, isolation_level=None)) as raw:
-                while stored(db_path, "big") == MEDIUM:
-                    pass
-                raw.execute("BEGIN IMMEDIATE")
-                holding.append(stored(db_path, "big"))
-                failed.wait(DEADLINE)
-                raw.execute("ROLLBACK")
-
-        holder = threading.Thread(target=hold_the_write_lock)
-        holder.start()
-        try:
-            with pytest.raises(DatabaseUnavailableError) as caught:
-                await memory.erase("acme", "big")
-        finally:
-            failed.set()
-            await anyio.to_thread.run_sync(holder.join)
+        with (
+            lock_after_first_batch(db_path, lambda: stored(db_path, "big")) as holding,
+            pytest.raises(DatabaseUnavailableError) as caught,
+        ):
+            await memory.erase("acme", "big")
         error = caught.value
         assert error.operation == "erase"
         assert error.may_have_taken_effect is True
