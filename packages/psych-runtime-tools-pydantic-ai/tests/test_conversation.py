@@ -159,11 +159,12 @@ async def test_a_run_without_end_user_fails_before_the_model_is_called(
 ) -> None:
     async with SqliteMemory(tmp_path / "facts.sqlite3") as store:
         model = ScriptedModel(remember(FACT))
+        scripted = FunctionModel(model.respond)
         with pytest.raises(NoEndUserError, match="no end user"):
-            await agent(store).run("hello", deps=Deps(TENANT, None), model=FunctionModel(model.respond))
+            await agent(store).run("hello", deps=Deps(TENANT, None), model=scripted)
         assert model.instructions == []
         with pytest.raises(InvalidKeyError):
-            await agent(store).run("hello", deps=Deps(" acme", "u"), model=FunctionModel(model.respond))
+            await agent(store).run("hello", deps=Deps(" acme", "u"), model=scripted)
         assert model.instructions == []
 
 

@@ -244,7 +244,9 @@ def test_memory_tool_specs_are_the_bound_tools_specs() -> None:
         bound = MemoryTools(store, memory_key("acme", "u1"), limits=limits)
         assert memory_tool_specs(limits) == bound.specs
     assert memory_tool_specs() == (REMEMBER, FORGET)
-    assert "at most 80 characters" in memory_tool_specs(ToolLimits(max_fact_length=80))[0].description
+    assert (
+        "at most 80 characters" in memory_tool_specs(ToolLimits(max_fact_length=80))[0].description
+    )
 
 
 def test_memory_tool_specs_refuses_what_is_not_limits() -> None:

@@ -95,6 +95,7 @@ FORGET: Final = ToolSpec(
 )
 """The spec of the ``forget`` tool."""
 
+
 def memory_tool_specs(limits: ToolLimits | None = None) -> tuple[ToolSpec, ToolSpec]:
     """Return the specs of ``remember`` and ``forget`` for ``limits``, bound to no one.
 
