@@ -16,7 +16,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agents import Agent, FunctionTool, Model, ModelResponse, RunConfig, Runner, Usage
+from agents import (
+    Agent,
+    FunctionTool,
+    Model,
+    ModelResponse,
+    RunConfig,
+    RunContextWrapper,
+    Runner,
+    Usage,
+)
 from agents.tool import Tool
 from openai.types.responses import (
     ResponseFunctionToolCall,
@@ -268,3 +277,26 @@ async def test_parallel_calls_keep_the_fact_cap_and_the_block_its_budget(tmp_pat
         block = (await run(bot, lambda _: [], context)).instructions[0]
         assert len(block) <= len("You are a helpful assistant.\n\n") + 1000
         assert "Not shown" in block
+
+
+@pytest.mark.asyncio
+async def test_the_agents_own_instructions_may_be_functions(tmp_path: Path) -> None:
+    async with SqliteMemory(tmp_path / "facts.sqlite3") as store:
+        await store.remember(TENANT, "u", FACT)
+        memory = AgentMemory[Context](store, identity=lambda c: (c.tenant, c.end_user_id))
+
+        def plain(context: RunContextWrapper[Context], agent: Agent[Context]) -> str:
+            return f"Serve {context.context.end_user_id} as {agent.name}."
+
+        async def awaited(context: RunContextWrapper[Context], agent: Agent[Context]) -> str:
+            return f"Serve {context.context.end_user_id} as {agent.name}, later."
+
+        for base, text in ((plain, "Serve u as bot."), (awaited, "Serve u as bot, later.")):
+            instructions = memory.instructions(base)
+            bot = Agent[Context](name="bot", instructions=instructions, tools=memory.tools)
+            seen = (await run(bot, lambda _: [], Context(TENANT, "u"))).instructions[0]
+            assert seen.startswith(text + "\n\nMemory:")
+            assert list(facts_in(seen).values()) == [FACT]
+        bare = Agent[Context](name="bot", instructions=memory.instructions(), tools=memory.tools)
+        seen = (await run(bare, lambda _: [], Context(TENANT, "u"))).instructions[0]
+        assert seen.startswith("Memory:")

@@ -76,6 +76,17 @@ def test_one_key_is_bound_once() -> None:
     assert tools.bind(None).key.end_user_id == "u"
 
 
+def test_the_most_recent_end_users_keep_their_bound_tools() -> None:
+    tools = AgentMemory[str](InProcessMemory(), identity=lambda user: ("acme", user))
+    first = tools.bind("user-0")
+    # 1,024 end users are kept: the next 1,024 push the first one out.
+    recent = [tools.bind(f"user-{i}") for i in range(1, 1025)]
+    assert tools.bind("user-1024") is recent[-1]
+    again = tools.bind("user-0")
+    assert again is not first
+    assert again.key == first.key
+
+
 def test_identity_must_return_a_pair() -> None:
     tools: AgentMemory[None] = AgentMemory(InProcessMemory(), identity=lambda context: "acme")  # type: ignore[arg-type,return-value]
     with pytest.raises(TypeError, match=r"\(scope, end_user_id\) pair"):
