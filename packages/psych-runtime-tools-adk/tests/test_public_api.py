@@ -9,6 +9,7 @@ import psych_runtime
 import psych_runtime.memory
 import psych_runtime.tools
 import psych_runtime.tools.adk as adk_
+from psych_runtime.tools.builtins import NoEndUserError
 
 
 def test_all_is_exactly_the_public_api() -> None:
@@ -33,3 +34,8 @@ def test_leaf_is_typed_and_versioned() -> None:
     assert adk_.__file__ is not None
     assert (Path(adk_.__file__).parent / "py.typed").is_file()
     assert adk_.__version__ == importlib.metadata.version("psych-runtime-tools-adk")
+
+
+def test_a_run_without_an_end_user_fails_with_the_error_of_every_front_end() -> None:
+    # One class for every agent framework: one ``except`` catches them all.
+    assert adk_.NoEndUserError is NoEndUserError

@@ -9,6 +9,7 @@ import psych_runtime
 import psych_runtime.memory
 import psych_runtime.tools
 import psych_runtime.tools.langchain as langchain_
+from psych_runtime.tools.builtins import NoEndUserError
 
 
 def test_all_is_exactly_the_public_api() -> None:
@@ -33,3 +34,8 @@ def test_leaf_is_typed_and_versioned() -> None:
     assert langchain_.__file__ is not None
     assert (Path(langchain_.__file__).parent / "py.typed").is_file()
     assert langchain_.__version__ == importlib.metadata.version("psych-runtime-tools-langchain")
+
+
+def test_a_run_without_an_end_user_fails_with_the_error_of_every_front_end() -> None:
+    # One class for every agent framework: one ``except`` catches them all.
+    assert langchain_.NoEndUserError is NoEndUserError

@@ -11,7 +11,7 @@ import psych_runtime
 import psych_runtime.tools
 import psych_runtime.tools.openai_agents as openai_agents_
 from psych_runtime.memory.inproc import InProcessMemory
-from psych_runtime.tools.builtins import ToolLimits
+from psych_runtime.tools.builtins import NoEndUserError, ToolLimits
 from psych_runtime.tools.openai_agents import AgentMemory
 
 
@@ -91,3 +91,8 @@ def test_identity_must_return_a_pair() -> None:
     tools: AgentMemory[None] = AgentMemory(InProcessMemory(), identity=lambda context: "acme")  # type: ignore[arg-type,return-value]
     with pytest.raises(TypeError, match=r"\(scope, end_user_id\) pair"):
         tools.bind(None)
+
+
+def test_a_run_without_an_end_user_fails_with_the_error_of_every_front_end() -> None:
+    # One class for every agent framework: one ``except`` catches them all.
+    assert openai_agents_.NoEndUserError is NoEndUserError

@@ -22,6 +22,7 @@ def test_all_is_exactly_the_public_api() -> None:
         "KEY_ARGUMENTS",
         "MIN_PROMPT_CHARS",
         "MemoryTools",
+        "NoEndUserError",
         "REMEMBER",
         "RefusedCallError",
         "ToolLimits",

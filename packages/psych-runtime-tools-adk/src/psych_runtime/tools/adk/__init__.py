@@ -13,7 +13,8 @@ descriptions, limits, refusals and results are those of
 `psych_runtime.tools.builtins`.
 """
 
-from ._errors import NoEndUserError
+from psych_runtime.tools.builtins import NoEndUserError
+
 from ._identity import memory_key_of
 from ._instruction import memory_instruction
 from ._service import StoreMemoryService

@@ -5,8 +5,7 @@ from __future__ import annotations
 from google.adk.agents.readonly_context import ReadonlyContext
 
 from psych_runtime.memory.port import MemoryKey, memory_key
-
-from ._errors import NoEndUserError
+from psych_runtime.tools.builtins import NoEndUserError
 
 __all__ = ["check_tenant", "memory_key_of"]
 

@@ -12,7 +12,8 @@ that names none raises `NoEndUserError`. The tools' names, descriptions,
 limits, refusals and results are those of `psych_runtime.tools.builtins`.
 """
 
-from ._errors import NoEndUserError
+from psych_runtime.tools.builtins import NoEndUserError
+
 from ._identity import MemoryContext, memory_key_of
 from ._middleware import MemoryMiddleware
 from ._tools import memory_tools

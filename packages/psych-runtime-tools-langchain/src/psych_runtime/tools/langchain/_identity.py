@@ -7,8 +7,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from psych_runtime.memory.port import MemoryKey, memory_key
-
-from ._errors import NoEndUserError
+from psych_runtime.tools.builtins import NoEndUserError
 
 __all__ = ["MemoryContext", "memory_key_of"]
 

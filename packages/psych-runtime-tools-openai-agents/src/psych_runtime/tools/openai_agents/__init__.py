@@ -11,7 +11,8 @@ application gives; the model never names them. A run whose context names
 no end user fails with `NoEndUserError` before the model is called.
 """
 
-from ._errors import NoEndUserError
+from psych_runtime.tools.builtins import NoEndUserError
+
 from ._memory import AgentMemory, Identity, Instructions
 from ._version import __version__ as __version__
 

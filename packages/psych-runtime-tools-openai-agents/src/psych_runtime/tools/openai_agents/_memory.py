@@ -12,9 +12,13 @@ from agents.tool import Tool
 from agents.tool_context import ToolContext
 
 from psych_runtime.memory.port import MemoryKey, MemoryStore, Scope, memory_key
-from psych_runtime.tools.builtins import MemoryTools, ToolLimits, ToolSpec, memory_tool_specs
-
-from ._errors import NoEndUserError
+from psych_runtime.tools.builtins import (
+    MemoryTools,
+    NoEndUserError,
+    ToolLimits,
+    ToolSpec,
+    memory_tool_specs,
+)
 
 __all__ = ["AgentMemory", "Identity", "Instructions"]
 

@@ -11,7 +11,8 @@ gives; the model never names them. A run whose dependencies name no end
 user fails with `NoEndUserError` before the model is called.
 """
 
-from ._errors import NoEndUserError
+from psych_runtime.tools.builtins import NoEndUserError
+
 from ._toolset import DEFAULT_TOOLSET_ID, Identity, MemoryToolset
 from ._version import __version__ as __version__
 

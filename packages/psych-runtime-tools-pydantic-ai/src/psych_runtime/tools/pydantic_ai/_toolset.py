@@ -8,12 +8,10 @@ from typing import Any, Final, Generic, TypeVar
 from pydantic_core import SchemaValidator, core_schema
 
 from psych_runtime.memory.port import MemoryStore, Scope, memory_key
-from psych_runtime.tools.builtins import MemoryTools, ToolLimits, ToolSpec
+from psych_runtime.tools.builtins import MemoryTools, NoEndUserError, ToolLimits, ToolSpec
 from pydantic_ai import RunContext
 from pydantic_ai.tools import ToolDefinition
 from pydantic_ai.toolsets import AbstractToolset, ToolsetTool
-
-from ._errors import NoEndUserError
 
 __all__ = ["DEFAULT_TOOLSET_ID", "Identity", "MemoryToolset"]
 

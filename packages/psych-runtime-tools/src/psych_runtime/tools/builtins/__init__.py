@@ -14,7 +14,8 @@ Other front ends of the same tools (an MCP server) reuse the checks and texts
 of a refused call: `check_arguments`, `check_content`, `memory_full`,
 `refusal`, `RefusedCallError` and `KEY_ARGUMENTS`; one that publishes the
 tools before any end user is known (an agent framework) takes their specs
-from `memory_tool_specs`.
+from `memory_tool_specs`, and raises `NoEndUserError` for a run that names
+no end user.
 """
 
 # First: refuses, in one clear message, the one layout where nothing can work.
@@ -39,6 +40,7 @@ from ._tools import (
     FORGET,
     REMEMBER,
     MemoryTools,
+    NoEndUserError,
     UnknownToolError,
     memory_tool_specs,
     memory_tools,
@@ -54,6 +56,7 @@ __all__ = [
     "MIN_PROMPT_CHARS",
     "REMEMBER",
     "MemoryTools",
+    "NoEndUserError",
     "RefusedCallError",
     "ToolLimits",
     "ToolResult",

@@ -29,6 +29,7 @@ __all__ = [
     "FORGET",
     "REMEMBER",
     "MemoryTools",
+    "NoEndUserError",
     "UnknownToolError",
     "memory_tool_specs",
     "memory_tools",
@@ -127,6 +128,17 @@ _DEFAULT_LIMITS: Final = (DEFAULT_MAX_FACTS, DEFAULT_MAX_FACT_LENGTH, DEFAULT_MA
 # An unknown tool name is the application's routing bug, reported to the
 # application (not the model); a bounded prefix is enough to find it.
 _SHOWN_NAME_LENGTH: Final = 40
+
+
+class NoEndUserError(LookupError):
+    """A run names no end user, so the memory tools have nobody to remember for.
+
+    Raised by the agent-framework front ends before the model is called,
+    and never reported to the model: which end user a run serves is the
+    application's decision, and the tools never fall back to a default one,
+    which would put every end user's facts in one place. One class for
+    every front end, so that one ``except`` serves them all.
+    """
 
 
 class UnknownToolError(LookupError):
