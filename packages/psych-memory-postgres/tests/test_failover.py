@@ -12,6 +12,10 @@ writers and erasers run through one store on a multi-host URL, and the
 standby is promoted with ``pg_ctl promote``. The servers run with ``fsync =
 off``: only processes die here, never the machine, so the kernel keeps every
 write a process made, and what the test measures is replication alone.
+
+At the end, a pair that Patroni manages (one etcd, two nodes in
+synchronous mode) is switched over with ``patronictl`` and failed over by
+killing its primary's postmaster, under the same writers and erasers.
 """
 
 from __future__ import annotations
