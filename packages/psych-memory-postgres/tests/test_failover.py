@@ -12,17 +12,25 @@ writers and erasers run through one store on a multi-host URL, and the
 standby is promoted with ``pg_ctl promote``. The servers run with ``fsync =
 off``: only processes die here, never the machine, so the kernel keeps every
 write a process made, and what the test measures is replication alone.
+
+At the end, a pair that Patroni manages (one etcd, two nodes in
+synchronous mode) is switched over with ``patronictl`` and failed over by
+killing its primary's postmaster, under the same writers and erasers.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
+import urllib.request
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager, suppress
@@ -793,3 +801,302 @@ async def test_a_late_promotion_is_served_within_a_second_of_accepting_writes(
     # pool timeout or otherwise.
     assert [repr(error.__cause__) for error in outage.failures] == []
     assert served < _PROMPTLY
+
+
+# -- a Patroni-managed pair ------------------------------------------------------------
+
+# Patroni's shortest timers (it raises a ttl below 20 to 20): a switchover
+# or a crash is handled within a loop or two, seconds rather than the
+# default 30 s.
+_PATRONI_DCS = {
+    "ttl": 20,
+    "loop_wait": 1,
+    "retry_timeout": 3,
+    "synchronous_mode": True,
+    # A crashed primary is failed over at once, not restarted in place.
+    "primary_start_timeout": 0,
+    "postgresql": {
+        "use_pg_rewind": True,
+        "parameters": {
+            "fsync": "off",
+            "wal_log_hints": "on",
+            "max_connections": 60,
+            "shared_buffers": "16MB",
+        },
+    },
+}
+# Served again "within a few seconds" of the new primary accepting writes,
+# with room for a machine that runs other tests at the same time.
+_SERVED_WITHIN = 5.0
+
+
+def _answers(url: str) -> bool:
+    """Whether a GET of ``url`` answers 200 (Patroni's health checks answer 503 otherwise)."""
+    try:
+        # Only ever an http:// address on this machine, built here.
+        with urllib.request.urlopen(url, timeout=2) as response:  # noqa: S310
+            return bool(response.status == 200)
+    except OSError:
+        return False
+
+
+@dataclass
+class PatroniNode:
+    """One member of the Patroni cluster: its PostgreSQL server and its REST API."""
+
+    name: str
+    server: Server
+    rest: int
+
+    def is_(self, role: str) -> bool:
+        """Whether the node's REST API answers 200 to ``/primary``, ``/sync`` or another check."""
+        return _answers(f"http://127.0.0.1:{self.rest}/{role}")
+
+    def kill_postmaster(self) -> None:
+        """Kill the node's postmaster with SIGKILL, as a crash would."""
+        pid = int((self.server.data / "postmaster.pid").read_text().split()[0])
+        os.kill(pid, signal.SIGKILL)
+
+
+@dataclass
+class PatroniPair:
+    """Two Patroni nodes in synchronous mode, on one etcd."""
+
+    nodes: tuple[PatroniNode, PatroniNode]
+    ctl: list[str]
+
+    def url(self, **options: str) -> str:
+        """A multi-host URL naming both nodes; writes go to the one that accepts them."""
+        ports = ",".join(f"127.0.0.1:{node.server.port}" for node in self.nodes)
+        query = "&".join(
+            f"{name}={value}"
+            for name, value in {
+                "target_session_attrs": "read-write",
+                "connect_timeout": "2",
+                **options,
+            }.items()
+        )
+        return f"postgresql://postgres@{ports}/postgres?{query}"
+
+    def roles(self, *, bound: float = 60) -> tuple[PatroniNode, PatroniNode]:
+        """The primary and its synchronous standby, once Patroni reports both."""
+        deadline = time.monotonic() + bound
+        while time.monotonic() < deadline:
+            for primary, standby in (self.nodes, self.nodes[::-1]):
+                if primary.is_("primary") and standby.is_("sync"):
+                    return primary, standby
+            time.sleep(0.05)
+        raise AssertionError("Patroni never reported a primary and a synchronous standby")
+
+    def switchover(self, leader: PatroniNode, candidate: PatroniNode) -> None:
+        """``patronictl switchover`` from ``leader`` to ``candidate``, without questions."""
+        command = [
+            *self.ctl, "switchover", "--leader", leader.name, "--candidate", candidate.name,
+            "--force",
+        ]  # fmt: skip
+        done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=_BOUND)
+        if done.returncode != 0:
+            raise RuntimeError(f"patronictl switchover failed: {done.stdout}{done.stderr}")
+
+
+def _patroni_programs(unavailable: Callable[[str], NoReturn]) -> tuple[str, Path]:
+    """The etcd program and the folder of the patroni and patronictl scripts, or `unavailable`."""
+    etcd = shutil.which("etcd")
+    if etcd is None:
+        unavailable(
+            "cannot start a Patroni pair: etcd is not installed"
+            " (Debian: apt-get install etcd-server)"
+        )
+    scripts = Path(sys.executable).parent
+    if importlib.util.find_spec("patroni") is None or not (scripts / "patronictl").is_file():
+        unavailable("cannot start a Patroni pair: patroni is not installed in this environment")
+    if os.geteuid() == 0 and shutil.which("setpriv") is None:
+        unavailable(
+            "cannot start a Patroni pair: running as root, and setpriv is missing"
+            " to run Patroni as 'postgres'"
+        )
+    return etcd, scripts
+
+
+def _as_postgres() -> list[str]:
+    # As root, Patroni runs as postgres (initdb and postgres refuse root).
+    # It keeps the right to read and search every folder: the interpreter
+    # of this environment may live under root's home, which postgres cannot
+    # enter otherwise.
+    if os.geteuid() != 0:
+        return []
+    return [
+        "setpriv", "--reuid=postgres", "--regid=postgres", "--init-groups",
+        "--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search",
+    ]  # fmt: skip
+
+
+def _wait_until(condition: Callable[[], bool], what: str, process: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 60
+    while not condition():
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"{what} did not start")
+        time.sleep(0.05)
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    # Nothing of a test's cluster is kept: no graceful shutdown to wait for.
+    process.kill()
+    process.wait()
+
+
+@contextmanager
+def _patroni_pair(binaries: Path, etcd: str, scripts: Path) -> Iterator[PatroniPair]:
+    folder = Path(tempfile.mkdtemp(prefix="psych-patroni-"))
+    as_postgres = _as_postgres()
+    if as_postgres:
+        shutil.chown(folder, "postgres")
+    processes: list[subprocess.Popen[bytes]] = []
+    nodes: list[PatroniNode] = []
+    try:
+        client, peer = _free_port(), _free_port()
+        command = [
+            *as_postgres, etcd, "--name", "etcd", "--data-dir", str(folder / "etcd"),
+            "--listen-client-urls", f"http://127.0.0.1:{client}",
+            "--advertise-client-urls", f"http://127.0.0.1:{client}",
+            "--listen-peer-urls", f"http://127.0.0.1:{peer}",
+            "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
+            "--initial-cluster", f"etcd=http://127.0.0.1:{peer}",
+        ]  # fmt: skip
+        with (folder / "etcd.log").open("wb") as log:
+            processes.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT))
+        _wait_until(partial(_answers, f"http://127.0.0.1:{client}/health"), "etcd", processes[0])
+        for name in ("node1", "node2"):
+            port, rest = _free_port(), _free_port()
+            config = {
+                "scope": f"psych-{folder.name}",
+                "name": name,
+                "restapi": {"listen": f"127.0.0.1:{rest}", "connect_address": f"127.0.0.1:{rest}"},
+                "etcd3": {"hosts": f"127.0.0.1:{client}"},
+                "bootstrap": {
+                    "dcs": _PATRONI_DCS,
+                    "initdb": [{"encoding": "UTF8"}, {"locale": "C"}, {"auth": "trust"}, "no-sync"],
+                },
+                "postgresql": {
+                    "listen": f"127.0.0.1:{port}",
+                    "connect_address": f"127.0.0.1:{port}",
+                    "data_dir": str(folder / name),
+                    "bin_dir": str(binaries),
+                    "pgpass": str(folder / f"{name}.pgpass"),
+                    "basebackup": [{"checkpoint": "fast"}],
+                    "authentication": {
+                        "superuser": {"username": "postgres"},
+                        "replication": {"username": "postgres"},
+                        "rewind": {"username": "postgres"},
+                    },
+                    "pg_hba": [
+                        "local all all trust",
+                        "host all all 127.0.0.1/32 trust",
+                        "host replication all 127.0.0.1/32 trust",
+                    ],
+                    "parameters": {"unix_socket_directories": str(folder)},
+                },
+            }
+            path = folder / f"{name}.yml"
+            # JSON is YAML.
+            path.write_text(json.dumps(config))
+            with (folder / f"{name}.log").open("wb") as log:
+                command = [*as_postgres, sys.executable, "-m", "patroni", str(path)]
+                processes.append(
+                    subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=folder)
+                )
+            nodes.append(PatroniNode(name, Server(folder / name, port), rest))
+        pair = PatroniPair(
+            (nodes[0], nodes[1]), [str(scripts / "patronictl"), "-c", str(folder / "node1.yml")]
+        )
+        pair.roles()
+        yield pair
+    except Exception as error:
+        logs = "".join(
+            f"\n--- {log.name}:\n{log.read_text(errors='replace')[-3000:]}"
+            for log in sorted(folder.glob("*.log"))
+        )
+        raise AssertionError(f"{error}{logs}") from error
+    finally:
+        for process in reversed(processes):
+            _stop(process)
+        for node in nodes:
+            _kill_postmaster(node.server.data)
+        # The killed postmasters' children end once they see it gone.
+        for pid in _postgres_pids(folder):
+            with suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _postgres_pids(folder: Path) -> list[int]:
+    """Processes whose command line names ``folder`` (the clusters' sockets and data are there)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        with suppress(OSError):
+            if entry.name.isdigit() and str(folder).encode() in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+    return found
+
+
+@pytest.fixture
+def patroni_pair(unavailable: Callable[[str], NoReturn]) -> Iterator[PatroniPair]:
+    """Two Patroni nodes (etcd, synchronous mode, short timers), removed after the test."""
+    binaries = _binaries(unavailable)
+    etcd, scripts = _patroni_programs(unavailable)
+    with _patroni_pair(binaries, etcd, scripts) as pair:
+        yield pair
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@pytest.mark.parametrize("event", ["switchover", "failover"])
+async def test_a_patroni_switchover_and_failover_lose_nothing_acknowledged(
+    patroni_pair: PatroniPair, event: str
+) -> None:
+    pair = patroni_pair
+    primary, standby = await anyio.to_thread.run_sync(pair.roles)
+    ledger = _Ledger(tasks=_WRITERS + _ERASERS)
+    with anyio.fail_after(_BOUND):
+        async with PostgresMemory.connect(
+            pair.url(), schema=_SCHEMA, max_size=8, pool_timeout=30
+        ) as store:
+            await store.setup()
+            assert await store.deletion_durability() == "synchronous_standbys"
+            async with anyio.create_task_group() as tasks:
+                for number in range(_WRITERS):
+                    tasks.start_soon(_writer, store, f"writer-{number}", ledger)
+                for number in range(_ERASERS):
+                    tasks.start_soon(_eraser, store, f"eraser-{number}", ledger)
+                await ledger.enough_before.wait()
+                started = time.monotonic()
+                async with anyio.create_task_group() as change:
+                    if event == "switchover":
+                        change.start_soon(
+                            anyio.to_thread.run_sync, pair.switchover, primary, standby
+                        )
+                    else:
+                        primary.kill_postmaster()
+                    ledger.promoted_at = promoted = await anyio.to_thread.run_sync(
+                        _accepting_writes, standby.server
+                    )
+                await ledger.enough_after.wait()
+            fact = await store.remember("acme", "after", f"after the {event}")
+            assert await store.recall("acme", "after") == (fact,)
+            # The old primary rejoins as the synchronous standby (rewound
+            # after a crash), and a deletion is durable on both again.
+            assert await anyio.to_thread.run_sync(pair.roles) == (standby, primary)
+            assert await store.deletion_durability() == "synchronous_standbys"
+    outcome = await anyio.to_thread.run_sync(_outcome, standby.server, ledger)
+    print(
+        f"\nPatroni {event}: new primary writable {promoted - started:.2f} s after it began;"
+        f" first call served {min(ledger.first_served.values()):.2f} s after, every task by"
+        f" {max(ledger.first_served.values()):.2f} s; {ledger.failures} calls failed"
+        f" ({ledger.uncertain} of them may have taken effect); {outcome}"
+    )
+    assert outcome["facts acknowledged"] > 0
+    assert outcome["erases acknowledged"] > 0
+    assert (outcome["lost"], outcome["undone"]) == (0, 0), outcome
+    # A call that failed was in flight when its server went: one that sent
+    # nothing, or was refused, was replayed.
+    assert ledger.failures == ledger.uncertain
+    assert max(ledger.first_served.values()) < _SERVED_WITHIN
