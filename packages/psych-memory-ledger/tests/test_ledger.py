@@ -92,7 +92,15 @@ def test_entries_since_an_instant(ledger: DeletionLedger) -> None:
     assert forget.fact_id == "\ud800id"
     assert forget.recorded_at.tzinfo is not None
     assert ledger.entries(since=erase.recorded_at) == (erase, forget)
-    assert ledger.entries(since=datetime.now(UTC) + timedelta(hours=1)) == ()
+    # An intent's deletion may commit at any later instant: it is read
+    # whatever ``since`` is; a deletion recorded as done, only from then on.
+    later = datetime.now(UTC) + timedelta(hours=1)
+    assert ledger.entries(since=later) == (erase, forget)
+    ledger._done("erase", erase.seq, 3)
+    (done, _) = ledger.entries()
+    assert done.done_at is not None
+    assert ledger.entries(since=done.done_at) == (done, forget)
+    assert ledger.entries(since=later) == (forget,)
     with pytest.raises(TypeError, match="since must be None or a datetime, not str"):
         ledger.entries(since="2026-01-01")  # type: ignore[arg-type]
     with pytest.raises(InvalidInputError, match="since must be timezone-aware"):

@@ -213,7 +213,7 @@ _ROWS: Final = (
 # order is time order; PostgreSQL compares it byte by byte whatever the
 # database's collation.
 _PRUNE: Final = (
-    "DELETE FROM psych_ledger_deletion WHERE COALESCE(done_at, recorded_at) {collate}< ?"
+    "DELETE FROM psych_ledger_deletion WHERE done_at IS NOT NULL AND done_at {collate}< ?"
 )
 _COUNT: Final = "SELECT count(*) FROM psych_ledger_deletion"
 
@@ -510,7 +510,9 @@ class DeletionLedger:
 
         An entry is kept when its `LedgerEntry.last_at` is at or after
         ``since``: a deletion done before ``since`` is in a copy taken at
-        ``since`` already.
+        ``since`` already. An intent whose outcome was never recorded is
+        always kept: its deletion may have committed at any instant after
+        it was recorded, later than ``since`` included.
 
         Raises:
             TypeError: ``since`` is not ``None`` or a `datetime`.
@@ -542,7 +544,11 @@ class DeletionLedger:
             )
             for seq, kind, tenant, hashed, fact_id, at, deleted, cutoff, done in rows
         )
-        return tuple(entry for entry in found if since is None or entry.last_at >= since)
+        return tuple(
+            entry
+            for entry in found
+            if since is None or entry.done_at is None or entry.last_at >= since
+        )
 
     def prune(self, before: datetime) -> Pruned:
         """Remove the entries no copy kept any longer needs: those done before ``before``.
@@ -550,8 +556,9 @@ class DeletionLedger:
         ``before`` is when the oldest backup still kept was taken: a replay
         onto it reads only entries done at or after it (see `entries`), so
         the others are of no more use, and each keeps an end user's keyed
-        hash. Entries still intents are kept while recorded at or after
-        ``before``. One transaction: all are removed or none.
+        hash. Intents whose outcome was never recorded are always kept
+        (their deletion may have committed after ``before``; see
+        `entries`). One transaction: all are removed or none.
 
         Raises:
             TypeError: ``before`` is not a `datetime`.
