@@ -36,6 +36,7 @@ def test_all_is_exactly_the_public_api() -> None:
         "memory_tools",
         "refusal",
         "render_memories",
+        "run_key",
     ]
     for name in builtins_.__all__:
         assert hasattr(builtins_, name), name

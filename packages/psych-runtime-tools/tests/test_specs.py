@@ -10,16 +10,18 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from psych_runtime.memory.inproc import InProcessMemory
-from psych_runtime.memory.port import MAX_CONTENT_LENGTH, memory_key
+from psych_runtime.memory.port import MAX_CONTENT_LENGTH, InvalidKeyError, memory_key
 from psych_runtime.tools.builtins import (
     DEFAULT_MAX_FACT_LENGTH,
     FORGET,
     REMEMBER,
     MemoryTools,
+    NoEndUserError,
     ToolLimits,
     ToolSpec,
     memory_tool_specs,
     memory_tools,
+    run_key,
 )
 
 SPECS = (REMEMBER, FORGET)
@@ -252,3 +254,13 @@ def test_memory_tool_specs_are_the_bound_tools_specs() -> None:
 def test_memory_tool_specs_refuses_what_is_not_limits() -> None:
     with pytest.raises(TypeError, match="limits must be a ToolLimits"):
         memory_tool_specs({"max_facts": 3})  # type: ignore[arg-type]
+
+
+def test_run_key_reads_a_pair_and_refuses_a_run_without_an_end_user() -> None:
+    assert run_key(("acme", "u-1"), source="deps") == memory_key("acme", "u-1")
+    with pytest.raises(NoEndUserError, match=r"identity\(context\) gave None"):
+        run_key(("acme", None), source="context")
+    with pytest.raises(TypeError, match="pair, not list"):
+        run_key(["acme", "u-1"], source="deps")
+    with pytest.raises(InvalidKeyError):
+        run_key(("acme", ""), source="deps")

@@ -11,13 +11,13 @@ from agents import Agent, FunctionTool, RunContextWrapper
 from agents.tool import Tool
 from agents.tool_context import ToolContext
 
-from psych_runtime.memory.port import MemoryKey, MemoryStore, Scope, memory_key
+from psych_runtime.memory.port import MemoryKey, MemoryStore, Scope
 from psych_runtime.tools.builtins import (
     MemoryTools,
-    NoEndUserError,
     ToolLimits,
     ToolSpec,
     memory_tool_specs,
+    run_key,
 )
 
 __all__ = ["AgentMemory", "Identity", "Instructions"]
@@ -155,21 +155,7 @@ class AgentMemory(Generic[ContextT]):
                 pair, or a part of the wrong type.
             InvalidKeyError: The tenant or end-user id breaks a key rule.
         """
-        # Typed as a pair, but written by the application: checked all the same.
-        identity: object = self._identity(context)
-        if not isinstance(identity, tuple) or len(identity) != 2:
-            raise TypeError(
-                "identity must return a (scope, end_user_id) pair, "
-                f"not {type(identity).__qualname__}"
-            )
-        scope, end_user_id = identity
-        if end_user_id is None:
-            raise NoEndUserError(
-                "this run has no end user: identity(context) gave None for end_user_id; run "
-                "the agent with a context that names the end user (the memory tools never "
-                "pick one)"
-            )
-        key = memory_key(scope, end_user_id)
+        key = run_key(self._identity(context), source="context")
         tools = self._bound.get(key)
         if tools is None:
             tools = self._bound[key] = MemoryTools(self._memory, key, limits=self._limits)

@@ -7,8 +7,8 @@ from typing import Any, Final, Generic, TypeVar
 
 from pydantic_core import SchemaValidator, core_schema
 
-from psych_runtime.memory.port import MemoryStore, Scope, memory_key
-from psych_runtime.tools.builtins import MemoryTools, NoEndUserError, ToolLimits, ToolSpec
+from psych_runtime.memory.port import MemoryStore, Scope
+from psych_runtime.tools.builtins import MemoryTools, ToolLimits, ToolSpec, run_key
 from pydantic_ai import RunContext
 from pydantic_ai.tools import ToolDefinition
 from pydantic_ai.toolsets import AbstractToolset, ToolsetTool
@@ -120,20 +120,9 @@ class MemoryToolset(AbstractToolset[DepsT], Generic[DepsT]):
                 pair, or a part of the wrong type.
             InvalidKeyError: The tenant or end-user id breaks a key rule.
         """
-        # Typed as a pair, but written by the application: checked all the same.
-        identity: object = self._identity(deps)
-        if not isinstance(identity, tuple) or len(identity) != 2:
-            raise TypeError(
-                "identity must return a (scope, end_user_id) pair, "
-                f"not {type(identity).__qualname__}"
-            )
-        scope, end_user_id = identity
-        if end_user_id is None:
-            raise NoEndUserError(
-                "this run has no end user: identity(deps) gave None for end_user_id; run the "
-                "agent with deps that name the end user (the memory tools never pick one)"
-            )
-        return MemoryTools(self._memory, memory_key(scope, end_user_id), limits=self._limits)
+        return MemoryTools(
+            self._memory, run_key(self._identity(deps), source="deps"), limits=self._limits
+        )
 
     async def for_run(self, ctx: RunContext[DepsT]) -> MemoryToolset[DepsT]:
         """Return this toolset bound to the run's tenant and end user.

@@ -14,8 +14,8 @@ Other front ends of the same tools (an MCP server) reuse the checks and texts
 of a refused call: `check_arguments`, `check_content`, `memory_full`,
 `refusal`, `RefusedCallError` and `KEY_ARGUMENTS`; one that publishes the
 tools before any end user is known (an agent framework) takes their specs
-from `memory_tool_specs`, and raises `NoEndUserError` for a run that names
-no end user.
+from `memory_tool_specs`, reads each run's key with `run_key`, and raises
+`NoEndUserError` for a run that names no end user.
 """
 
 # First: refuses, in one clear message, the one layout where nothing can work.
@@ -44,6 +44,7 @@ from ._tools import (
     UnknownToolError,
     memory_tool_specs,
     memory_tools,
+    run_key,
 )
 from ._version import __version__ as __version__
 
@@ -69,4 +70,5 @@ __all__ = [
     "memory_tools",
     "refusal",
     "render_memories",
+    "run_key",
 ]

@@ -33,6 +33,7 @@ __all__ = [
     "UnknownToolError",
     "memory_tool_specs",
     "memory_tools",
+    "run_key",
 ]
 
 
@@ -139,6 +140,34 @@ class NoEndUserError(LookupError):
     which would put every end user's facts in one place. One class for
     every front end, so that one ``except`` serves them all.
     """
+
+
+def run_key(identity: object, *, source: str) -> MemoryKey:
+    """The key a run's identity names: what an agent framework's front end binds the tools to.
+
+    Args:
+        identity: What the application's identity function returned for
+            the run: a ``(scope, end_user_id)`` pair. Typed as a pair, but
+            written by the application, so checked all the same.
+        source: What the function was given (``"deps"``, ``"context"``),
+            for the message of an error.
+
+    Raises:
+        NoEndUserError: ``end_user_id`` is ``None``.
+        TypeError: ``identity`` is not a pair, or a part has the wrong type.
+        InvalidKeyError: The tenant or end-user id breaks a key rule.
+    """
+    if not isinstance(identity, tuple) or len(identity) != 2:
+        raise TypeError(
+            f"identity must return a (scope, end_user_id) pair, not {type(identity).__qualname__}"
+        )
+    scope, end_user_id = identity
+    if end_user_id is None:
+        raise NoEndUserError(
+            f"this run has no end user: identity({source}) gave None for end_user_id; run the "
+            f"agent with {source} that name the end user (the memory tools never pick one)"
+        )
+    return memory_key(scope, end_user_id)
 
 
 class UnknownToolError(LookupError):
