@@ -18,7 +18,6 @@ import shutil
 import signal
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager, suppress
@@ -46,6 +45,7 @@ from ._errors import (
 )
 from ._exit import CommandError, ExitCode, exit_codes_help
 from ._format import ExportFormatError, ExportReader, Layout, export_head, export_tail, utc_text
+from ._interrupts import INTERRUPTS
 from ._ledger_open import (
     LEDGER_KEY_VARIABLE,
     LEDGER_VARIABLE,
@@ -91,12 +91,12 @@ def main(argv: Sequence[str] | None = None, *, process: bool = False) -> int:
     returns; a Ctrl-C held once an export is written then stays held to
     the end, so it cannot turn a written export into a failure.
     """
-    _INTERRUPTS.process = process
+    INTERRUPTS.process = process
     try:
         return _main(argv)
     finally:
         if not process:
-            _INTERRUPTS.release()
+            INTERRUPTS.release()
 
 
 def _main(argv: Sequence[str] | None) -> int:
@@ -131,7 +131,15 @@ def _fail(message: str) -> None:
 
 
 def _run(body: Callable[..., Awaitable[int]], *args: Any) -> int:
+    _unless_interrupted()
     return anyio.run(partial(body, *args), backend="asyncio")
+
+
+def _unless_interrupted() -> None:
+    # A Ctrl-C that Python discarded (see `INTERRUPTS`) stops the command
+    # before its next step, as one it raised would have.
+    if INTERRUPTS.lost:
+        raise click.exceptions.Abort
 
 
 @click.group(
@@ -879,7 +887,8 @@ def _write_new(path: Path, head: str, body: IO[str], tail: str) -> None:
     # From here on a Ctrl-C is held, not raised: before the link it cancels
     # (the temporary file goes), from the link on the export is written,
     # and the command says so, whenever the Ctrl-C came.
-    _INTERRUPTS.hold()
+    INTERRUPTS.hold()
+    _unless_interrupted()
     folder = _folder_of(path) or Path()
     unnamed = _unnamed_file(folder)
     if unnamed is not None:
@@ -902,7 +911,7 @@ def _write_new(path: Path, head: str, body: IO[str], tail: str) -> None:
         finally:
             with suppress(OSError):
                 Path(temporary).unlink()
-    _INTERRUPTS.written()
+    INTERRUPTS.written()
     with suppress(OSError):
         # The name itself on disk; the export is written whatever this says.
         _synced_folder(folder)
@@ -922,7 +931,7 @@ def _unnamed_file(folder: Path) -> int | None:
 def _written_and_synced(stream: IO[str], head: str, body: IO[str], tail: str) -> None:
     _copy_out(stream, head, body, tail, "--output")
     _synced(stream.fileno())
-    if _INTERRUPTS.received:
+    if INTERRUPTS.received:
         raise click.exceptions.Abort
 
 
@@ -987,40 +996,6 @@ def _link(source: str, path: Path, *, renamable: bool, folder: int | None = None
             ) from None
 
 
-class _HeldInterrupts:
-    """Ctrl-C recorded instead of raised, from the moment an export is being written."""
-
-    def __init__(self) -> None:
-        self.received = False
-        self.process = False
-        self._previous: Any = None
-        self._holding = False
-
-    def hold(self) -> None:
-        # Signal handlers can only be set from the main thread; elsewhere
-        # (a program running the command in a thread) there is no Ctrl-C.
-        if self._holding or threading.current_thread() is not threading.main_thread():
-            return
-        self.received = False
-        self._previous = signal.signal(signal.SIGINT, self._record)
-        self._holding = True
-
-    def written(self) -> None:
-        # The whole process ends soon: ignored rather than recorded, as the
-        # interpreter puts back the default handler while it shuts down.
-        if self._holding and self.process:
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-    def release(self) -> None:
-        if self._holding:
-            signal.signal(signal.SIGINT, self._previous)
-            self._holding = False
-
-    def _record(self, _signal: int, _frame: object) -> None:
-        self.received = True
-
-
-_INTERRUPTS: Final = _HeldInterrupts()
 # The errors of a file system that has no hard links.
 _NO_LINKS: Final = frozenset(
     {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS, errno.EMLINK}

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from ._exit import ExitCode
+from ._interrupts import INTERRUPTS
 
 __all__ = ["main", "run"]
 
@@ -46,4 +47,6 @@ def _command(argv: Sequence[str] | None, *, process: bool) -> int:
 
 def run() -> NoReturn:
     """The console script's entry point."""
+    # First, before the command's own imports: from here no Ctrl-C is lost.
+    INTERRUPTS.watch()
     sys.exit(_command(None, process=True))
