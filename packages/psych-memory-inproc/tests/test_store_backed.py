@@ -31,6 +31,18 @@ def test_is_the_in_process_adapter() -> None:
     assert isinstance(StoreBackedMemory(object()), InProcessMemory)
 
 
+def test_changes_nothing_of_the_adapter_but_its_constructor() -> None:
+    # The conformance kit runs against InProcessMemory only: that proves
+    # this class too, as long as it overrides nothing the kit exercises.
+    assert StoreBackedMemory.__bases__ == (InProcessMemory,)
+    # What Python and abc write into every class body, none of it behaviour.
+    bookkeeping = {"__module__", "__qualname__", "__doc__", "__slots__", "__firstlineno__"}
+    bookkeeping |= {"__static_attributes__", "__abstractmethods__", "_abc_impl"}
+    assert set(vars(StoreBackedMemory)) - bookkeeping == {"__init__"}
+    assert not StoreBackedMemory.__abstractmethods__
+    assert StoreBackedMemory.__slots__ == ()
+
+
 async def test_each_instance_has_its_own_table() -> None:
     store = object()
     first, second = StoreBackedMemory(store), StoreBackedMemory(store)
