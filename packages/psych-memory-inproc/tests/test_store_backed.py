@@ -35,10 +35,13 @@ def test_changes_nothing_of_the_adapter_but_its_constructor() -> None:
     # The conformance kit runs against InProcessMemory only: that proves
     # this class too, as long as it overrides nothing the kit exercises.
     assert StoreBackedMemory.__bases__ == (InProcessMemory,)
-    # What Python and abc write into every class body, none of it behaviour.
+    # What Python and abc write into a class body, none of it behaviour.
+    # (Python 3.11 adds an empty __annotations__ when anyone asks for it.)
     bookkeeping = {"__module__", "__qualname__", "__doc__", "__slots__", "__firstlineno__"}
     bookkeeping |= {"__static_attributes__", "__abstractmethods__", "_abc_impl"}
+    bookkeeping |= {"__annotations__"}
     assert set(vars(StoreBackedMemory)) - bookkeeping == {"__init__"}
+    assert not vars(StoreBackedMemory).get("__annotations__")
     assert not StoreBackedMemory.__abstractmethods__
     assert StoreBackedMemory.__slots__ == ()
 
