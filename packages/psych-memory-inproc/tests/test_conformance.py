@@ -14,18 +14,14 @@ from psych_runtime.memory.inproc import InProcessMemory
 from psych_runtime.memory.port import MemoryKey, MemoryStore
 
 
-def _rows(store: MemoryStore, key: MemoryKey) -> int:
-    # The backdoor reads the adapter's own table: a fact hidden from recall
-    # but still held would show up here.
-    assert isinstance(store, InProcessMemory)
-    facts = store._facts.get(key)
-    return 0 if facts is None else len(facts)
-
-
 class TestInProcessMemory(MemoryStoreContract):
     @asynccontextmanager
     async def open_store(self) -> AsyncIterator[MemoryStore]:
         yield InProcessMemory()
 
     async def count_stored(self, store: MemoryStore, key: MemoryKey) -> int:
-        return _rows(store, key)
+        # The backdoor reads the adapter's own table: a fact hidden from recall
+        # but still held would show up here.
+        assert isinstance(store, InProcessMemory)
+        facts = store._facts.get(key)
+        return 0 if facts is None else len(facts)

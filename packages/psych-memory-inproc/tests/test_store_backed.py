@@ -37,9 +37,10 @@ def test_changes_nothing_of_the_adapter_but_its_constructor() -> None:
     assert StoreBackedMemory.__bases__ == (InProcessMemory,)
     # What Python and abc write into a class body, none of it behaviour.
     # (Python 3.11 adds an empty __annotations__ when anyone asks for it.)
-    bookkeeping = {"__module__", "__qualname__", "__doc__", "__slots__", "__firstlineno__"}
-    bookkeeping |= {"__static_attributes__", "__abstractmethods__", "_abc_impl"}
-    bookkeeping |= {"__annotations__"}
+    bookkeeping = {
+        *("__module__", "__qualname__", "__doc__", "__slots__", "__firstlineno__"),
+        *("__static_attributes__", "__abstractmethods__", "_abc_impl", "__annotations__"),
+    }
     assert set(vars(StoreBackedMemory)) - bookkeeping == {"__init__"}
     assert not vars(StoreBackedMemory).get("__annotations__")
     assert not StoreBackedMemory.__abstractmethods__
