@@ -182,6 +182,30 @@ class Backdoor:
         )
         return int(rows[0][0])
 
+    @asynccontextmanager
+    async def writes_held(self) -> AsyncIterator[None]:
+        """Hold the table against writes for the block; enter it once a write waits.
+
+        Reads go on (``SHARE`` mode lets them); a write that arrives waits on
+        its server connection, so inside the block at least one call is in
+        flight on the server, for certain, whatever the machine's speed.
+        """
+        conn = await anyio.to_thread.run_sync(partial(psycopg.connect, self.dsn))
+        try:
+            lock = sql.SQL("LOCK TABLE {} IN SHARE MODE").format(self.table)
+            await anyio.to_thread.run_sync(conn.execute, lock)
+            waiting = sql.SQL(
+                "SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))"
+            )
+            while True:
+                rows = await self.query(waiting, (conn.info.backend_pid,))
+                if rows[0][0] >= 1:
+                    break
+                await anyio.sleep(0.01)
+            yield
+        finally:
+            await anyio.to_thread.run_sync(conn.close)
+
     async def terminate(self, application_name: str) -> int:
         """Terminate every backend serving that application, and wait until they are gone."""
         rows = await self.query(
