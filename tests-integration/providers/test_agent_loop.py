@@ -5,11 +5,16 @@ that plays a scripted model. Each scripted step sees the exact request the
 SDK sent (so the tests check what reached the provider: our tool
 definitions, the memory block, the tool results) and answers the way that
 provider's API does. The model finds ids the way a real one would: by
-reading them from the memory block in the system prompt.
+reading them from the memory block in the system prompt. Each SDK is given
+a client of the HTTP library it takes: ``httpx2`` from the major version
+that moved to it, ``httpx`` before (the test environment allows both, and
+the lowest-versions run installs the older).
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.metadata
 import importlib.util
 import json
 import sys
@@ -61,14 +66,19 @@ class ScriptedModel:
 
     provider: Provider
     script: list[Step]
-    requests: list[httpx2.Request] = field(default_factory=list)
+    requests: list[Any] = field(default_factory=list)
 
-    def handle(self, request: httpx2.Request) -> httpx2.Response:
+    def handle(self, request: Any) -> Any:
         self.requests.append(request)
         assert request.url.path.endswith(self.provider.path), request.url
         assert self.script, "the model was called more often than scripted"
         body: Body = json.loads(request.content)
-        return httpx2.Response(200, json=self.script.pop(0)(body))
+        return self.provider.http.Response(200, json=self.script.pop(0)(body))
+
+    def client(self) -> Any:
+        """The provider's SDK client, its requests answered by this model."""
+        http = self.provider.http
+        return self.provider.client(http.AsyncClient(transport=http.MockTransport(self.handle)))
 
 
 @dataclass(frozen=True)
@@ -85,8 +95,17 @@ class Provider:
 
     name: str
     path: str
+    sdk: str  # the SDK's distribution
 
-    def client(self, transport: httpx2.MockTransport) -> Any:
+    @property
+    def http(self) -> ModuleType:
+        """The HTTP library the installed SDK takes a client of."""
+        requires = importlib.metadata.requires(self.sdk) or []
+        if any(requirement.startswith("httpx2") for requirement in requires):
+            return httpx2
+        return importlib.import_module("httpx")
+
+    def client(self, http_client: Any) -> Any:
         raise NotImplementedError
 
     def history(self) -> list[Any]:
@@ -114,11 +133,10 @@ class Provider:
 class Anthropic(Provider):
     name = "anthropic"
     path = "/v1/messages"
+    sdk = "anthropic"
 
-    def client(self, transport: httpx2.MockTransport) -> Any:
-        return anthropic.AsyncAnthropic(
-            api_key="test-key", http_client=httpx2.AsyncClient(transport=transport)
-        )
+    def client(self, http_client: Any) -> Any:
+        return anthropic.AsyncAnthropic(api_key="test-key", http_client=http_client)
 
     async def turn(self, client: Any, agent: Any, history: list[Any], text: str) -> str:
         answer: str = await loop.anthropic_turn(client, agent, history, text)
@@ -166,11 +184,10 @@ class Anthropic(Provider):
 class OpenAI(Provider):
     name = "openai"
     path = "/chat/completions"
+    sdk = "openai"
 
-    def client(self, transport: httpx2.MockTransport) -> Any:
-        return openai.AsyncOpenAI(
-            api_key="test-key", http_client=httpx2.AsyncClient(transport=transport)
-        )
+    def client(self, http_client: Any) -> Any:
+        return openai.AsyncOpenAI(api_key="test-key", http_client=http_client)
 
     async def turn(self, client: Any, agent: Any, history: list[Any], text: str) -> str:
         answer: str = await loop.openai_turn(client, agent, history, text)
@@ -222,11 +239,10 @@ class OpenAI(Provider):
 class Gemini(Provider):
     name = "gemini"
     path = ":generateContent"
+    sdk = "google-genai"
 
-    def client(self, transport: httpx2.MockTransport) -> Any:
-        options = genai_types.HttpOptions(
-            httpx_async_client=httpx2.AsyncClient(transport=transport)
-        )
+    def client(self, http_client: Any) -> Any:
+        options = genai_types.HttpOptions(httpx_async_client=http_client)
         return genai.Client(api_key="test-key", http_options=options)
 
     async def turn(self, client: Any, agent: Any, history: list[Any], text: str) -> str:
@@ -355,7 +371,7 @@ async def test_a_session_remembers_and_forgets_through_the_sdk(provider: Provide
         provider,
         [first_call, after_refusal, after_remembering, new_conversation, after_forgetting],
     )
-    client = provider.client(httpx2.MockTransport(model.handle))
+    client = model.client()
 
     first = provider.history()
     answer = await provider.turn(client, agent, first, "Ship from Berlin, and bill me in EUR.")
@@ -382,7 +398,7 @@ async def test_a_model_that_never_answers_is_stopped(provider: Provider) -> None
         return provider.calls(("call", "forget", {"memory_id": "nothing"}))
 
     model = ScriptedModel(provider, [forget_again] * loop.MAX_STEPS)
-    client = provider.client(httpx2.MockTransport(model.handle))
+    client = model.client()
     with pytest.raises(loop.TooManyStepsError):
         await provider.turn(client, agent, provider.history(), "hello")
     assert len(model.requests) == loop.MAX_STEPS
@@ -436,7 +452,7 @@ async def test_a_model_at_the_cap_forgets_an_outdated_fact_to_make_room(
         return provider.text("Noted: invoices in EUR; I dropped the old Hamburg address.")
 
     model = ScriptedModel(provider, [try_to_remember, make_room, after_making_room])
-    client = provider.client(httpx2.MockTransport(model.handle))
+    client = model.client()
     answer = await provider.turn(client, agent, provider.history(), "Bill me in EUR from now on.")
     assert answer == "Noted: invoices in EUR; I dropped the old Hamburg address."
     assert [fact.content for fact in await memory.recall("acme", "u1")] == [BERLIN, EUR]
