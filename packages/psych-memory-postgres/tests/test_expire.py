@@ -173,8 +173,18 @@ async def test_a_failed_batch_after_others_committed_says_so_and_a_rerun_finishe
 
 
 async def test_a_writer_keeps_working_and_two_expiries_count_each_fact_once(
-    store: PostgresMemory, backdoor: Backdoor
+    postgres_dsn: str, schema: str, backdoor: Backdoor
 ) -> None:
+    # Three connections open before the calls start, one for each caller:
+    # with one, the writer queued for a connection behind both expiries
+    # while the pool grew, which measured the pool's growth under load,
+    # not whether an expiry stops a writer.
+    async with PostgresMemory.connect(postgres_dsn, schema=schema, min_size=3, max_size=8) as store:
+        await store.setup()
+        await _writer_beside_two_expiries(store, backdoor)
+
+
+async def _writer_beside_two_expiries(store: PostgresMemory, backdoor: Backdoor) -> None:
     await load_aged(backdoor, "acme", LARGE * 2)
     counts: list[int] = []
     written: list[Memory] = []
