@@ -20,6 +20,7 @@ import json
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -97,9 +98,9 @@ class Provider:
     path: str
     sdk: str  # the SDK's distribution
 
-    @property
+    @cached_property
     def http(self) -> ModuleType:
-        """The HTTP library the installed SDK takes a client of."""
+        """The HTTP library the installed SDK takes a client of (read once: every request asks)."""
         requires = importlib.metadata.requires(self.sdk) or []
         if any(requirement.startswith("httpx2") for requirement in requires):
             return httpx2
