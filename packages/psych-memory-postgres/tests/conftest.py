@@ -164,8 +164,12 @@ class Backdoor:
         query = sql.SQL(
             "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s AND ({})"
         ).format(sql.SQL(condition))
+        await self._until_counted(query, (application_name,))
+
+    async def _until_counted(self, count: sql.SQL | sql.Composed, params: tuple[Any, ...]) -> None:
+        # Polled: the server has no way to say when one of its views changes.
         while True:
-            rows = await self.query(query, (application_name,))
+            rows = await self.query(count, params)
             if rows[0][0] >= 1:
                 return
             await anyio.sleep(0.01)
@@ -197,11 +201,7 @@ class Backdoor:
             waiting = sql.SQL(
                 "SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))"
             )
-            while True:
-                rows = await self.query(waiting, (conn.info.backend_pid,))
-                if rows[0][0] >= 1:
-                    break
-                await anyio.sleep(0.01)
+            await self._until_counted(waiting, (conn.info.backend_pid,))
             yield
         finally:
             await anyio.to_thread.run_sync(conn.close)
