@@ -38,13 +38,8 @@ import re
 import sys
 import threading
 import weakref
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
-from contextlib import (
-    AbstractAsyncContextManager,
-    AbstractContextManager,
-    asynccontextmanager,
-    contextmanager,
-)
+from collections.abc import Callable, Coroutine, Iterator
+from contextlib import AbstractContextManager, contextmanager, suppress
 from typing import Any, Final, NoReturn, TypeAlias, TypeVar
 
 import anyio
@@ -63,7 +58,7 @@ from psycopg.errors import (
     InvalidSqlStatementName,
     ReadOnlySqlTransaction,
 )
-from psycopg.pq import ConnStatus
+from psycopg.pq import ConnStatus, ExecStatus
 from psycopg.pq.abc import PGconn
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolClosed
 
@@ -102,6 +97,10 @@ _T = TypeVar("_T")
 Bounds: TypeAlias = "tuple[bytes, tuple[str, ...]]"
 
 _FATAL: Final = frozenset({"FATAL", "PANIC"})
+
+# Read from the result rather than `Cursor.description`, which builds a
+# column object per column on every call.
+_TUPLES_OK: Final = ExecStatus.TUPLES_OK
 
 RECONNECT_TIMEOUT: Final = 0.5
 """Seconds a pool the store opened keeps retrying one lost connection before `revive`.
@@ -170,8 +169,10 @@ class Prepared:
         self._local = local_bounds(statement_timeout, lock_timeout)
         # The names prepared on each connection, as far as this store knows:
         # a connection opened for a replay, or one whose statements were
-        # deallocated, is found out by the server's answer.
-        self._known: weakref.WeakKeyDictionary[object, set[bytes]] = weakref.WeakKeyDictionary()
+        # deallocated, is found out by the server's answer. Keyed by the
+        # connection's id and dropped when it is collected: a weak key
+        # would make a reference on every call.
+        self._known: dict[int, set[bytes]] = {}
 
     def form(self, text: object) -> _PreparedForm | None:
         """The prepared form of a statement, or ``None`` for one sent unprepared."""
@@ -179,9 +180,10 @@ class Prepared:
 
     def known(self, conn: object) -> set[bytes]:
         """The names this store prepared on ``conn``, to read and update."""
-        names = self._known.get(conn)
+        names = self._known.get(id(conn))
         if names is None:
-            names = self._known[conn] = set()
+            names = self._known[id(conn)] = set()
+            weakref.finalize(conn, self._known.pop, id(conn), None).atexit = False
         return names
 
     def query(self, form: _PreparedForm, *, prepare: bool) -> bytes:
@@ -355,40 +357,46 @@ class Runner:
     async def _attempts_async(self, pool: AsyncConnectionPool[Any], call: Call[_T]) -> _T:
         own = False
         for attempt in range(1, ATTEMPTS + 1):
-            used: AsyncConnection[Any] | None = None
+            conn: AsyncConnection[Any] | None = None
             sent = False
             try:
-                for tried in range(pool.max_size + 1):
-                    async with _connection_async(pool, fresh=own) as conn:
-                        if tried < pool.max_size and not _alive(conn.pgconn):
-                            continue
-                        used = conn
-                        call.sent = True
-                        sent = not call.transaction
-                        if call.transaction:
-                            async with conn.transaction():
-                                result = await _converse_async(
-                                    conn, call.conversation(), self._bounds, each=False
-                                )
-                                sent = True
-                        else:
+                conn = await _take_async(pool, fresh=own)
+                try:
+                    call.sent = True
+                    if call.transaction:
+                        async with conn.transaction():
                             result = await _converse_async(
-                                conn,
-                                call.conversation(),
-                                self._bounds,
-                                each=True,
-                                prepared=self._prepared,
+                                conn, call.conversation(), self._bounds, each=False
                             )
-                        return result
+                            sent = True
+                    else:
+                        sent = True
+                        result = await _converse_async(
+                            conn,
+                            call.conversation(),
+                            self._bounds,
+                            each=True,
+                            prepared=self._prepared,
+                        )
+                    if not conn.autocommit:
+                        await conn.commit()
+                except BaseException:
+                    if not conn.autocommit:
+                        await _roll_back_async(conn)
+                    raise
+                finally:
+                    await _give_back_async(pool, conn, fresh=own)
             except psycopg.Error as exc:
-                connected = used is not None
-                broken = used is not None and (used.broken or _session_ended(exc))
+                connected = conn is not None
+                broken = conn is not None and (conn.broken or _session_ended(exc))
                 sent = sent and not never_reached_server(exc)
                 if not replays(
                     call, exc, connected=connected, broken=broken, sent=sent, attempt=attempt
                 ):
                     self._fail(call, exc, broken=broken, sent=sent)
                 own = fresh_next(fresh=own, connected=connected)
+            else:
+                return result
         raise AssertionError("unreachable: the last attempt raises")  # pragma: no cover
 
     # -- any event loop, psycopg's synchronous pool in a worker thread -------
@@ -525,25 +533,42 @@ async def _refuse_trio() -> Any:
     )
 
 
-def _connection_async(
-    pool: AsyncConnectionPool[Any], *, fresh: bool
-) -> AbstractAsyncContextManager[AsyncConnection[Any]]:
-    # The pool's own context manager unless the attempt is a replay that
-    # opens its own connection, with no layer of ours around it: every
-    # call goes through here.
+async def _take_async(pool: AsyncConnectionPool[Any], *, fresh: bool) -> AsyncConnection[Any]:
+    # A live connection of the pool, or one opened for a replay (see
+    # `replay_settings`). The pool's `getconn` and `putconn` rather than its
+    # context manager, whose generator and no-op commit in autocommit every
+    # call would pay; `_give_back_async` is the other half.
     settings = replay_settings(pool.conninfo, pool.kwargs, fresh=fresh)
-    if settings is None:
-        return pool.connection()
-    return _fresh_async(*settings)
+    if settings is not None:
+        return await AsyncConnection.connect(settings[0], **settings[1])
+    conn: AsyncConnection[Any]
+    for _ in range(pool.max_size):
+        conn = await pool.getconn()
+        if _alive(conn.pgconn):
+            return conn
+        # Given back, the pool sees it is closed and replaces it.
+        await pool.putconn(conn)
+    conn = await pool.getconn()
+    return conn
 
 
-@asynccontextmanager
-async def _fresh_async(
-    conninfo: str, kwargs: dict[str, Any]
-) -> AsyncIterator[AsyncConnection[Any]]:
-    fresh = await AsyncConnection.connect(conninfo, **kwargs)
-    async with fresh:
-        yield fresh
+async def _roll_back_async(conn: AsyncConnection[Any]) -> None:
+    # A connection of an application's pool may be outside autocommit: the
+    # call's transaction ends with the call, as psycopg's own context
+    # manager would end it. A connection that cannot roll back is left to
+    # the pool, which discards it; the call's own error goes on.
+    if not conn.closed:
+        with suppress(psycopg.Error):
+            await conn.rollback()
+
+
+async def _give_back_async(
+    pool: AsyncConnectionPool[Any], conn: AsyncConnection[Any], *, fresh: bool
+) -> None:
+    if fresh:
+        await conn.close()
+    else:
+        await pool.putconn(conn)
 
 
 def _connection_sync(
@@ -588,7 +613,8 @@ async def _converse_async(
             raise
         if not each:
             bounds = None
-        rows = await cursor.fetchall() if cursor.description is not None else []
+        answer = cursor.pgresult
+        rows = await cursor.fetchall() if answer is not None and answer.status == _TUPLES_OK else []
         try:
             statement = conversation.send((rows, cursor.rowcount))
         except StopIteration as done:
@@ -658,7 +684,8 @@ def _converse_sync(
             raise
         if not each:
             bounds = None
-        rows = cursor.fetchall() if cursor.description is not None else []
+        answer = cursor.pgresult
+        rows = cursor.fetchall() if answer is not None and answer.status == _TUPLES_OK else []
         try:
             statement = conversation.send((rows, cursor.rowcount))
         except StopIteration as done:
