@@ -23,7 +23,7 @@ from psych_runtime.memory.port import (
 )
 
 from ._replays import Conversation
-from ._schema import Statements
+from ._schema import FEW_FACTS, Statements
 
 __all__ = [
     "FEW_FACTS",
@@ -49,13 +49,9 @@ __all__ = [
 # little.
 _BATCH_SECONDS: Final = 0.1
 _BATCH_SHARE_OF_TIMEOUT: Final = 8
-_FIRST_BATCH: Final = 1_000
-FEW_FACTS: Final = _FIRST_BATCH
-"""The most facts `erase_few` deletes: a key of more needs `erase`'s batches.
-
-As many as the batched erase's first batch, so that one statement never
-does more than that batch would.
-"""
+# As many as `erase_few` deletes at most, so that its one statement never
+# does more than the batched erase's first batch would.
+_FIRST_BATCH: Final = FEW_FACTS
 _MIN_BATCH: Final = 100
 _MAX_BATCH: Final = 50_000
 
@@ -159,16 +155,19 @@ def recall_page(
 def erase_few(sql: Statements, key: MemoryKey) -> Conversation[int | None]:
     """Delete every fact of the key with one statement, if it holds at most `FEW_FACTS`.
 
+    A statement that deleted nothing is followed by one read: the key held
+    no fact, or more than `FEW_FACTS`, which the statement left whole.
+
     Returns:
         How many facts were deleted, or ``None`` (nothing deleted) when the
         key holds more: those go with `erase`.
     """
-    rows, _ = yield (
-        sql.erase_few,
-        (FEW_FACTS, key.tenant, key.end_user_id, FEW_FACTS + 1, key.tenant, key.end_user_id),
-    )
-    few, deleted = rows[0]
-    return int(deleted) if few else None
+    key_of = (key.tenant, key.end_user_id)
+    _, deleted = yield (sql.erase_few, key_of + key_of)
+    if deleted:
+        return deleted
+    rows, _ = yield (sql.holds_facts, key_of)
+    return None if rows[0][0] else 0
 
 
 def erase(sql: Statements, key: MemoryKey, statement_timeout: float | None) -> Conversation[int]:

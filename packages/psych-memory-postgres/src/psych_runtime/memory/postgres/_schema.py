@@ -31,6 +31,7 @@ from ._errors import PostgresMemoryError, SchemaVersionError
 
 __all__ = [
     "DEFAULT_SCHEMA",
+    "FEW_FACTS",
     "MIGRATIONS",
     "SCHEMA_VERSION",
     "Statements",
@@ -44,6 +45,9 @@ SCHEMA_VERSION: Final = 2
 
 DEFAULT_SCHEMA: Final = "psych_memory"
 """The PostgreSQL schema a store uses when none is given."""
+
+FEW_FACTS: Final = 1_000
+"""The most facts ``erase_few`` deletes: a key of more goes in ``erase``'s batches."""
 
 # PostgreSQL silently truncates longer identifiers (NAMEDATALEN - 1 bytes), so
 # two long names could address one schema; refusing them avoids that.
@@ -147,9 +151,11 @@ class Statements:
     Each port operation but ``erase`` is one of these statements, run on its
     own: PostgreSQL applies a single statement atomically, so no partial
     state is ever visible to another connection. ``erase`` runs
-    ``erase_few`` on its own, which deletes a key of few facts; for a key
-    of more it runs ``erase_bound`` and ``erase_batch`` as often as the key
-    needs, then ``erase_rest``, inside one transaction.
+    ``erase_few`` on its own, which deletes a key of at most `FEW_FACTS`
+    facts (and, when it deleted none, ``holds_facts`` to tell an empty key
+    from a bigger one); for a key of more it runs ``erase_bound`` and
+    ``erase_batch`` as often as the key needs, then ``erase_rest``, inside
+    one transaction.
 
     Every time is read as ``created_at AT TIME ZONE 'UTC'``, a time without
     zone in UTC: the session's ``TimeZone`` can neither shift it nor push it
@@ -164,6 +170,7 @@ class Statements:
     recall: bytes
     page: bytes
     erase_few: bytes
+    holds_facts: bytes
     erase_bound: bytes
     erase_batch: bytes
     erase_rest: bytes
@@ -197,6 +204,7 @@ class Statements:
             "memories": _table(schema, "memories"),
             "versions": _table(schema, "schema_version"),
             "synced": sql.SQL(_SYNCED),
+            "few": sql.Literal(FEW_FACTS),
         }
 
         def render(text: str) -> bytes:
@@ -255,19 +263,21 @@ class Statements:
                 " WHERE tenant = %s AND end_user_id = %s AND seq > anchor.seq"
                 " ORDER BY seq LIMIT %s::bigint) AS page ON true ORDER BY page.seq"
             ),
-            # Deletes the key only if it holds at most n facts, and says so
-            # in the same row: ``few`` reads at most n + 1 rows of the key's
-            # index, and the DELETE runs only when it found no more than n,
-            # so the statement costs O(n) whatever the key holds. ORDER BY
-            # seq keeps the planner on the key's index: without it, a key
-            # holding much of the table made a sequential scan look cheaper.
-            # Both parts read one snapshot: the facts deleted are those counted.
+            # Deletes the key only if its index holds no fact after the
+            # first FEW_FACTS: the condition is evaluated once, before the
+            # scan, and reads at most FEW_FACTS + 1 entries of the key's
+            # index, so the statement costs O(FEW_FACTS) whatever the key
+            # holds. ORDER BY seq keeps the planner on the key's index:
+            # without it, a key holding much of the table made a sequential
+            # scan look cheaper. Both read one snapshot: the facts deleted
+            # are all the key held.
             erase_few=render(
-                "WITH few AS (SELECT count(*) <= %s::bigint AS ok FROM (SELECT FROM {memories}"
-                " WHERE tenant = %s AND end_user_id = %s ORDER BY seq LIMIT %s::bigint) AS head),"
-                " gone AS (DELETE FROM {memories} WHERE tenant = %s AND end_user_id = %s"
-                " AND (SELECT ok FROM few){synced} RETURNING 1)"
-                " SELECT (SELECT ok FROM few), count(*) FROM gone"
+                "DELETE FROM {memories} WHERE tenant = %s AND end_user_id = %s"
+                " AND NOT EXISTS (SELECT FROM {memories} WHERE tenant = %s AND end_user_id = %s"
+                " ORDER BY seq OFFSET {few}){synced}"
+            ),
+            holds_facts=render(
+                "SELECT EXISTS (SELECT FROM {memories} WHERE tenant = %s AND end_user_id = %s)"
             ),
             # An erase of more goes batch by batch through the key's part of the
             # primary key, each batch starting after the last seq of the one

@@ -522,9 +522,11 @@ class PostgresMemory(MemoryStore):
 
         - One statement, in autocommit: it reads at most a thousand and one
           facts of the key's index and deletes the key only if it holds at
-          most a thousand, saying in the same row whether it did. For such
-          a key that is the whole erase, one round trip, like ``forget``:
-          replayed on a fresh connection only if it was never sent.
+          most a thousand. For a key of one to a thousand facts that is the
+          whole erase, one round trip, like ``forget``: replayed on a fresh
+          connection only if it was never sent. When it deleted nothing, one
+          read tells a key that held no fact (the erase returns 0) from a
+          bigger one.
         - A key of more facts is left untouched by that statement and goes
           in batches of short ``DELETE`` statements inside one transaction,
           each sized to stay far below ``statement_timeout`` (an eighth of
