@@ -11,8 +11,8 @@ Rules kept here, for every call:
 - A connection the server closed while it sat in the pool is found (at no
   round trip) and replaced, never failing a call it was not part of.
 - Each transaction gets the store's ``statement_timeout`` and
-  ``lock_timeout`` (``set_config(..., true)``, sent with its first
-  statement: no round trip of its own), so no call waits unbounded and no
+  ``lock_timeout`` (``SET LOCAL``, sent with its first statement: no
+  round trip of its own), so no call waits unbounded and no
   connection keeps a setting of the store once the call is done: behind a
   transaction pooler, or in a pool the application shares with other
   code, the server session goes back as the store found it.
@@ -38,7 +38,7 @@ import re
 import sys
 import threading
 import weakref
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
 from typing import Any, Final, NoReturn, TypeAlias, TypeVar
 
@@ -78,12 +78,11 @@ from ._translate import never_reached_server
 
 __all__ = [
     "RECONNECT_TIMEOUT",
-    "Bounds",
     "LazyPool",
     "Pool",
     "Prepared",
     "Runner",
-    "bounds_statement",
+    "local_bounds",
     "revive",
     "revive_async",
     "running_loop",
@@ -94,7 +93,6 @@ Pool: TypeAlias = "AsyncConnectionPool[Any] | ConnectionPool[Any]"
 
 _T = TypeVar("_T")
 
-Bounds: TypeAlias = "tuple[bytes, tuple[str, ...]]"
 
 _FATAL: Final = frozenset({"FATAL", "PANIC"})
 
@@ -294,7 +292,7 @@ class Runner:
         self._home: asyncio.AbstractEventLoop | None = None
         self._fallback: LazyPool | None = None
         self._schema = schema
-        self._bounds = bounds_statement(statement_timeout, lock_timeout)
+        self._bounds = local_bounds(statement_timeout, lock_timeout)
         self._timeouts = (statement_timeout, lock_timeout)
         self._prepared: Prepared | None = None
         # Set by the store once the recorded schema version was found
@@ -590,7 +588,7 @@ def _fresh_sync(conninfo: str, kwargs: dict[str, Any]) -> Iterator[Connection[An
 async def _converse_async(
     conn: AsyncConnection[Any],
     conversation: Conversation[_T],
-    bounds: Bounds | None,
+    bounds: bytes,
     *,
     each: bool,
     prepared: Prepared | None = None,
@@ -612,7 +610,7 @@ async def _converse_async(
                 await conn.close()
             raise
         if not each:
-            bounds = None
+            bounds = b""
         answer = cursor.pgresult
         rows = await cursor.fetchall() if answer is not None and answer.status == _TUPLES_OK else []
         try:
@@ -623,19 +621,18 @@ async def _converse_async(
 
 
 async def _execute_async(
-    conn: AsyncConnection[Any], statement: Statement, bounds: Bounds | None
+    conn: AsyncConnection[Any], statement: Statement, bounds: bytes
 ) -> AsyncCursor[Any]:
     # Runs the statement, after its bounds if any, in one round trip; the
     # cursor returned holds the statement's result. See `_bounded`.
-    if bounds is None:
+    if not bounds:
         # A cursor per statement, made only here: most calls never need one.
         cursor = conn.cursor()
         await cursor.execute(statement[0], statement[1])
         return cursor
     client = AsyncClientCursor(conn)
     await client.execute(*_bounded(bounds, statement, conn))
-    client.nextset()
-    return client
+    return _last_result(client)
 
 
 async def _execute_prepared_async(
@@ -665,7 +662,7 @@ async def _execute_prepared_async(
 def _converse_sync(
     conn: Connection[Any],
     conversation: Conversation[_T],
-    bounds: Bounds | None,
+    bounds: bytes,
     *,
     each: bool,
     prepared: Prepared | None = None,
@@ -683,7 +680,7 @@ def _converse_sync(
                 conn.close()
             raise
         if not each:
-            bounds = None
+            bounds = b""
         answer = cursor.pgresult
         rows = cursor.fetchall() if answer is not None and answer.status == _TUPLES_OK else []
         try:
@@ -693,17 +690,14 @@ def _converse_sync(
             return result
 
 
-def _execute_sync(
-    conn: Connection[Any], statement: Statement, bounds: Bounds | None
-) -> Cursor[Any]:
-    if bounds is None:
+def _execute_sync(conn: Connection[Any], statement: Statement, bounds: bytes) -> Cursor[Any]:
+    if not bounds:
         cursor = conn.cursor()
         cursor.execute(statement[0], statement[1])
         return cursor
     client = ClientCursor(conn)
     client.execute(*_bounded(bounds, statement, conn))
-    client.nextset()
-    return client
+    return _last_result(client)
 
 
 def _execute_prepared_sync(
@@ -752,8 +746,8 @@ def _last_result(client: _C) -> _C:
 
 
 def _bounded(
-    bounds: Bounds, statement: Statement, conn: AsyncConnection[Any] | Connection[Any]
-) -> tuple[bytes, tuple[object, ...]]:
+    bounds: bytes, statement: Statement, conn: AsyncConnection[Any] | Connection[Any]
+) -> tuple[bytes, Sequence[object]]:
     # Both statements must be one transaction, which the bounds last, and
     # cost one round trip: one query of the simple protocol, values bound
     # by the client. Not a pipeline: a pipeline loses the message a pooler
@@ -764,7 +758,7 @@ def _bounded(
     text, params = statement
     if not isinstance(text, bytes):
         text = text.as_bytes(conn)
-    return bounds[0] + b"; " + text, (*bounds[1], *params)
+    return bounds + text, params
 
 
 def _session_ended(exc: BaseException) -> bool:
@@ -796,28 +790,12 @@ def _alive(pgconn: PGconn) -> bool:
     return pgconn.status == ConnStatus.OK
 
 
-def bounds_statement(statement_timeout: float | None, lock_timeout: float | None) -> Bounds | None:
-    """The statement that bounds one transaction, with its parameters; ``None`` for no bound.
-
-    ``set_config(..., true)`` lasts until the transaction ends, so the
-    server session keeps none of it. A bound given as ``None`` is left as
-    the session has it.
-    """
-    named = (("statement_timeout", statement_timeout), ("lock_timeout", lock_timeout))
-    given = [(name, seconds) for name, seconds in named if seconds is not None]
-    if not given:
-        return None
-    text = ", ".join(f"set_config('{name}', %s, true)" for name, _ in given)
-    return f"SELECT {text}".encode("ascii"), tuple(
-        f"{max(1, round(seconds * 1000))}ms" for _, seconds in given
-    )
-
-
 def local_bounds(statement_timeout: float | None, lock_timeout: float | None) -> bytes:
-    """``SET LOCAL`` statements for the bounds, ending in ``"; "``; empty for no bound.
+    """``SET LOCAL`` statements that bound one transaction, ending in ``"; "``; empty for none.
 
-    Like `bounds_statement`, they last one transaction; as utility
-    statements they are neither planned nor answered with rows.
+    They last until the transaction ends, so the server session keeps none
+    of them; as utility statements they are neither planned nor answered
+    with rows. A bound given as ``None`` is left as the session has it.
     """
     named = (("statement_timeout", statement_timeout), ("lock_timeout", lock_timeout))
     return b"".join(
