@@ -133,15 +133,24 @@ async def test_a_call_blocked_past_its_bound_fails_and_changed_nothing(
         assert await store.recall("acme", "u1") == (fact,)
 
 
-async def test_the_bounds_leave_nothing_on_the_stores_connections(
-    postgres_dsn: str, schema: str, backdoor: Backdoor
+@pytest.mark.parametrize("threshold", [None, 5])
+async def test_the_bounds_are_all_a_stores_own_connections_keep(
+    postgres_dsn: str, schema: str, backdoor: Backdoor, threshold: int | None
 ) -> None:
-    # Set for each transaction only: a connection handed on afterwards (by
-    # a pooler, or a pool shared with other code) carries the server's own
-    # settings, whatever the store did on it.
+    # A store that never prepares (behind a pooler) sets them for each
+    # transaction only: a connection handed on afterwards carries the
+    # server's own settings. One that may prepare opened its connections
+    # with them; no other setting of the store stays on the session.
     defaults = await backdoor.server_defaults("statement_timeout", "lock_timeout", "TimeZone")
+    if threshold is not None:
+        defaults = ("1500ms", "250ms", defaults[2])
     async with PostgresMemory.connect(
-        postgres_dsn, schema=schema, statement_timeout=1.5, lock_timeout=0.25, max_size=1
+        postgres_dsn,
+        schema=schema,
+        statement_timeout=1.5,
+        lock_timeout=0.25,
+        max_size=1,
+        prepare_threshold=threshold,
     ) as store:
         await store.setup()
         fact = await store.remember("acme", "u1", "kept")

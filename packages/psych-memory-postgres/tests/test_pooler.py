@@ -41,7 +41,13 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from psych_runtime.memory.conformance import MemoryStoreContract
 from psych_runtime.memory.port import MemoryKey, MemoryStore, store_events
-from psych_runtime.memory.postgres import PostgresMemory, StoreUnavailableError, open_url
+from psych_runtime.memory.postgres import (
+    ConnectionRefusedByServerError,
+    PostgresMemory,
+    PostgresMemoryError,
+    StoreUnavailableError,
+    open_url,
+)
 
 if TYPE_CHECKING:
     from conftest import Backdoor, Pooler
@@ -324,6 +330,28 @@ async def test_a_call_the_pooler_never_gave_a_server_changed_nothing(
             assert isinstance(caught.value.__cause__, psycopg.errors.ProtocolViolation)
             assert len(replays) == 2
             assert await store.recall("acme", "u1") == (fact,)
+
+
+@pytest.mark.clusters
+@pytest.mark.anyio
+@pytest.mark.parametrize("pooler_does", ["refuse", "ignore"])
+async def test_a_store_that_may_prepare_is_refused_at_open_behind_pgbouncer(
+    start_pooler: Callable[..., AbstractContextManager[Pooler]], schema: str, pooler_does: str
+) -> None:
+    # A store's own pool that may prepare opens its sessions with the bounds
+    # in libpq's options. PgBouncer refuses that startup parameter, or, told
+    # to ignore it, drops it and would leave every statement unbounded: both
+    # stop the store at open, never at its first call.
+    settings = {"ignore_startup_parameters": "options"} if pooler_does == "ignore" else {}
+    with start_pooler(**settings) as pooler, pytest.raises(PostgresMemoryError) as caught:
+        async with PostgresMemory.connect(pooler.dsn, schema=schema, pool_timeout=5):
+            pass
+    if pooler_does == "refuse":
+        assert isinstance(caught.value, ConnectionRefusedByServerError)
+        assert "options" in str(caught.value)
+    else:
+        assert "statement_timeout" in str(caught.value)
+        assert "prepare_threshold=None" in str(caught.value)
 
 
 def _hold_the_server(dsn: str) -> psycopg.Connection[Any]:

@@ -1,7 +1,7 @@
-"""A store's own pool runs the common path prepared, and survives any state of the server's copy.
+"""A store's own pool carries the bounds in its sessions and prepares; others set nothing.
 
-What the server holds is read from ``pg_prepared_statements`` of the pool's
-connection (a pool of one), never from the adapter.
+What the server holds is read from the pool's connection (a pool of one):
+``pg_prepared_statements`` and ``pg_settings``, never the adapter's state.
 """
 
 from __future__ import annotations
@@ -14,16 +14,16 @@ from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
 from psych_runtime.memory.postgres import PostgresMemory
-from psych_runtime.memory.postgres._runner import _PreparedForm
-from psych_runtime.memory.postgres._schema import Statements
 
 if TYPE_CHECKING:
     from conftest import Backdoor
 
 pytestmark = pytest.mark.anyio
 
-_NAMES = sql.SQL(
-    "SELECT name FROM pg_prepared_statements WHERE name LIKE 'psych\\_memory\\_%' ORDER BY name"
+_PREPARED = sql.SQL("SELECT statement FROM pg_prepared_statements")
+_BOUNDS = sql.SQL(
+    "SELECT name, setting, source FROM pg_settings"
+    " WHERE name IN ('statement_timeout', 'lock_timeout') ORDER BY name"
 )
 
 
@@ -53,52 +53,87 @@ async def _every_operation(store: PostgresMemory) -> None:
     assert await store.recall("acme", "u1") == ()
 
 
-async def test_the_common_path_is_prepared_once_on_the_stores_own_connection(
+async def _prepared_deletes(store: PostgresMemory) -> list[str]:
+    return [row[0] for row in await _on_the_connection(store, _PREPARED) if "DELETE" in str(row[0])]
+
+
+async def test_the_stores_own_sessions_carry_the_bounds_and_prepare_the_common_path(
     postgres_dsn: str, schema: str
 ) -> None:
-    async with PostgresMemory.connect(postgres_dsn, schema=schema, max_size=1) as store:
+    async with PostgresMemory.connect(
+        postgres_dsn,
+        schema=schema,
+        max_size=1,
+        statement_timeout=1.25,
+        lock_timeout=0.5,
+        prepare_threshold=0,
+    ) as store:
         await store.setup()
         await _every_operation(store)
         await _every_operation(store)
-        names = [row[0] for row in await _on_the_connection(store, _NAMES)]
-    # remember, recall, recall_page, forget, erase: one each, however often run.
-    assert len(names) == len(set(names)) == 5
+        # From the session's start, as the client asked: not set by a call.
+        assert await _on_the_connection(store, _BOUNDS) == [
+            ("lock_timeout", "500", "client"),
+            ("statement_timeout", "1250", "client"),
+        ]
+        # forget's and erase's DELETE, prepared once each however often run.
+        deletes = await _prepared_deletes(store)
+    assert len(deletes) == len(set(deletes)) == 2
 
 
 @pytest.mark.parametrize("how", ["never prepares", "application's pool"])
-async def test_no_statement_is_left_prepared_where_the_store_may_not(
+async def test_no_statement_or_setting_is_left_where_the_store_may_not(
     postgres_dsn: str, schema: str, backdoor: Backdoor, how: str
 ) -> None:
+    defaults = await backdoor.server_defaults("lock_timeout", "statement_timeout")
     if how == "never prepares":
         async with PostgresMemory.connect(
             postgres_dsn, schema=schema, max_size=1, prepare_threshold=None
         ) as store:
             await store.setup()
             await _every_operation(store)
-            assert await _on_the_connection(store, _NAMES) == []
+            assert await _prepared_deletes(store) == []
+            rows = await _on_the_connection(store, _BOUNDS)
+        assert tuple(row[1] for row in rows) == tuple(
+            str(_milliseconds(value)) for value in defaults
+        )
         return
     async with backdoor.threaded_store(postgres_dsn, max_size=1) as store:
         await _every_operation(store)
-        assert await _on_the_connection(store, _NAMES) == []
+        assert await _prepared_deletes(store) == []
+        rows = await _on_the_connection(store, _BOUNDS)
+    assert tuple(row[1] for row in rows) == tuple(str(_milliseconds(value)) for value in defaults)
 
 
-@pytest.mark.parametrize("state", ["deallocated", "prepared by someone else"])
-async def test_a_call_answers_whatever_became_of_the_servers_prepared_statements(
-    postgres_dsn: str, schema: str, state: str
+def _milliseconds(shown: str) -> int:
+    # SHOW's units ("0", "5s", "250ms", "1min") in milliseconds.
+    for unit, factor in (("ms", 1), ("s", 1000), ("min", 60_000), ("h", 3_600_000)):
+        if shown.endswith(unit) and shown[: -len(unit)].isdigit():
+            return int(shown[: -len(unit)]) * factor
+    return int(shown)
+
+
+async def test_the_options_of_the_connection_string_are_kept_beside_the_bounds(
+    postgres_dsn: str, schema: str
 ) -> None:
-    async with PostgresMemory.connect(postgres_dsn, schema=schema, max_size=1) as store:
+    dsn = f"{postgres_dsn}{'&' if '?' in postgres_dsn else '?'}options=-c%20work_mem%3D5MB"
+    async with PostgresMemory.connect(dsn, schema=schema, max_size=1) as store:
+        rows = await _on_the_connection(store, b"SHOW work_mem")
+        bounds = await _on_the_connection(store, _BOUNDS)
+    assert rows == [("5MB",)]
+    assert [row[1] for row in bounds] == ["2000", "5000"]
+
+
+async def test_a_call_answers_after_the_sessions_prepared_statements_were_deallocated(
+    postgres_dsn: str, schema: str
+) -> None:
+    async with PostgresMemory.connect(
+        postgres_dsn, schema=schema, max_size=1, prepare_threshold=0
+    ) as store:
         await store.setup()
         fact = await store.remember("acme", "u1", "kept")
         assert await store.recall("acme", "u1") == (fact,)
-        if state == "deallocated":
-            # The store believes both prepared; the server holds neither.
-            await _on_the_connection(store, b"DEALLOCATE ALL")
-        else:
-            # The server holds one the store never prepared: the query that
-            # prepares it is refused before anything runs.
-            recall_page = _PreparedForm.of(Statements.for_schema(schema).page)
-            await _on_the_connection(store, recall_page.prepare.replace(b"%%", b"%")[:-2])
-            assert await store.recall_page("acme", "u1", after=fact.id, size=5) == ()
+        await _on_the_connection(store, b"DEALLOCATE ALL")
         later = await store.remember("acme", "u1", "added")
         assert await store.recall("acme", "u1") == (fact, later)
         assert await store.forget("acme", "u1", fact.id) is True

@@ -60,12 +60,12 @@ async def test_a_url_opens_a_ready_store_and_closes_it(
         assert await store.recall("acme", "u1") == (fact,)
         pool = store.pool
         assert (pool.min_size, pool.max_size, pool.timeout) == (1, 3, 10.0)
-        # The bounds last one transaction each: the session keeps none.
+        # The store's own pool, which may prepare: its sessions carry the
+        # bounds from their start.
         settings = await backdoor.settings_of(
             store, "statement_timeout", "lock_timeout", "application_name"
         )
-        defaults = await backdoor.server_defaults("statement_timeout", "lock_timeout")
-        assert settings == (*defaults, name)
+        assert settings == ("1500ms", "500ms", name)
     assert store.closed
     with pytest.raises(port.StoreClosedError):
         await store.recall("acme", "u1")

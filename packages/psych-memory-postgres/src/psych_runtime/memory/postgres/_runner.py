@@ -10,16 +10,14 @@ Rules kept here, for every call:
 
 - A connection the server closed while it sat in the pool is found (at no
   round trip) and replaced, never failing a call it was not part of.
-- Each transaction gets the store's ``statement_timeout`` and
-  ``lock_timeout`` (``SET LOCAL``, sent with its first statement: no
-  round trip of its own), so no call waits unbounded and no
-  connection keeps a setting of the store once the call is done: behind a
-  transaction pooler, or in a pool the application shares with other
-  code, the server session goes back as the store found it.
-- On a store's own pool (which may prepare), the common path's statements
-  are prepared once per connection and run as ``SET LOCAL`` bounds and
-  ``EXECUTE`` in one query (`Prepared`): the same round trip and
-  transaction, without the server parsing and planning the statement anew.
+- No call waits unbounded: every statement runs under the store's
+  ``statement_timeout`` and ``lock_timeout``. On a pool shared with other
+  code, or behind a transaction pooler, each transaction gets them with
+  ``SET LOCAL`` sent with its first statement (no round trip of its own),
+  so the server session goes back as the store found it. A store's own
+  pool that may prepare (`Runner.bound_by_session`) opened its
+  connections with the bounds as their session's own settings, so its
+  calls send nothing but their statements, prepared by psycopg as usual.
 - A call whose connection broke, that a read-only server refused, or
   that got no connection, is replayed or given up as `_replays` decides; this module only drives the
   attempts, the same way on either driver.
@@ -33,11 +31,8 @@ Rules kept here, for every call:
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import re
 import sys
 import threading
-import weakref
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
 from typing import Any, Final, NoReturn, TypeAlias, TypeVar
@@ -54,8 +49,6 @@ from psycopg import (
     Cursor,
 )
 from psycopg.errors import (
-    DuplicatePreparedStatement,
-    InvalidSqlStatementName,
     ReadOnlySqlTransaction,
 )
 from psycopg.pq import ConnStatus, ExecStatus
@@ -80,12 +73,13 @@ __all__ = [
     "RECONNECT_TIMEOUT",
     "LazyPool",
     "Pool",
-    "Prepared",
     "Runner",
     "local_bounds",
     "revive",
     "revive_async",
     "running_loop",
+    "session_bounds",
+    "session_options",
 ]
 
 Pool: TypeAlias = "AsyncConnectionPool[Any] | ConnectionPool[Any]"
@@ -129,99 +123,6 @@ async def revive_async(pool: AsyncConnectionPool[Any]) -> None:
     """`revive` for the store's asynchronous pool."""
     if not pool.closed:
         await pool.check()
-
-
-# A statement of the common path prepared on the server is tried in at
-# most this many forms (see `_refused`) before it goes unprepared.
-_PREPARED_TRIES: Final = 3
-
-_PLACEHOLDER: Final = re.compile(rb"%s")
-_OTHER_PLACEHOLDER: Final = re.compile(rb"%[bt%]")
-
-
-class Prepared:
-    """The common path's statements, prepared on each connection of a store's own pool.
-
-    A call's bounds and its statement travel as one query of the simple
-    protocol (see `_bounded`), which the server parses and plans afresh
-    each time: for a statement of a few rows that costs about as much as
-    running it. Instead each statement of the common path is prepared once
-    per connection with SQL ``PREPARE``, inside the first query that needs
-    it, and later calls send ``SET LOCAL`` bounds and ``EXECUTE``: still
-    one query, one round trip, one transaction, bounded as before, with
-    the plan the server kept. Only a store's own pool gets this (its
-    connections serve no other code), and only when it may prepare at all:
-    a store told never to prepare (behind a transaction pooler) keeps the
-    unprepared query.
-    """
-
-    __slots__ = ("_forms", "_known", "_local")
-
-    def __init__(
-        self,
-        statements: tuple[bytes, ...],
-        statement_timeout: float | None,
-        lock_timeout: float | None,
-    ) -> None:
-        self._forms = {text: _PreparedForm.of(text) for text in statements}
-        self._local = local_bounds(statement_timeout, lock_timeout)
-        # The names prepared on each connection, as far as this store knows:
-        # a connection opened for a replay, or one whose statements were
-        # deallocated, is found out by the server's answer. Keyed by the
-        # connection's id and dropped when it is collected: a weak key
-        # would make a reference on every call.
-        self._known: dict[int, set[bytes]] = {}
-
-    def form(self, text: object) -> _PreparedForm | None:
-        """The prepared form of a statement, or ``None`` for one sent unprepared."""
-        return self._forms.get(text) if type(text) is bytes else None
-
-    def known(self, conn: object) -> set[bytes]:
-        """The names this store prepared on ``conn``, to read and update."""
-        names = self._known.get(id(conn))
-        if names is None:
-            names = self._known[id(conn)] = set()
-            weakref.finalize(conn, self._known.pop, id(conn), None).atexit = False
-        return names
-
-    def query(self, form: _PreparedForm, *, prepare: bool) -> bytes:
-        """The one query running ``form`` under the bounds, preparing it first if asked."""
-        # The bounds come first: PREPARE takes the table's lock as it parses
-        # the statement, and that wait must be bounded too.
-        if prepare:
-            return self._local + form.prepare + form.execute
-        return self._local + form.execute
-
-
-class _PreparedForm:
-    __slots__ = ("execute", "name", "prepare")
-
-    def __init__(self, name: bytes, prepare: bytes, execute: bytes) -> None:
-        self.name = name
-        self.prepare = prepare
-        self.execute = execute
-
-    @classmethod
-    def of(cls, text: bytes) -> _PreparedForm:
-        """The forms of one statement of the store, written with ``%s`` placeholders.
-
-        Raises:
-            ValueError: ``text`` holds another placeholder or a literal ``%``.
-        """
-        # The name follows from the text (schema included), so two stores
-        # meeting on one server session never mean different statements by
-        # one name. Parameter types are left to the server, which infers
-        # them as it does for psycopg's own prepared statements.
-        if _OTHER_PLACEHOLDER.search(text):
-            raise ValueError("a prepared statement takes %s placeholders only")
-        name = b"psych_memory_" + hashlib.sha256(text).hexdigest()[:24].encode("ascii")
-        count = len(_PLACEHOLDER.findall(text))
-        numbers = iter(range(1, count + 1))
-        body = _PLACEHOLDER.sub(lambda _: b"$%d" % next(numbers), text)
-        # The query goes through a client-side cursor, which reads % as its own.
-        prepare = b"PREPARE " + name + b" AS " + body.replace(b"%", b"%%") + b"; "
-        execute = b"EXECUTE " + name + b"(" + b", ".join([b"%s"] * count) + b")"
-        return cls(name, prepare, execute)
 
 
 class LazyPool:
@@ -271,9 +172,7 @@ class Runner:
         "_fallback",
         "_home",
         "_pool",
-        "_prepared",
         "_schema",
-        "_timeouts",
         "verified",
     )
 
@@ -293,16 +192,20 @@ class Runner:
         self._fallback: LazyPool | None = None
         self._schema = schema
         self._bounds = local_bounds(statement_timeout, lock_timeout)
-        self._timeouts = (statement_timeout, lock_timeout)
-        self._prepared: Prepared | None = None
         # Set by the store once the recorded schema version was found
         # current; cleared here when the tables turn out missing. A plain
         # flag is enough: two tasks checking at once is harmless.
         self.verified = False
 
-    def prepare(self, statements: tuple[bytes, ...]) -> None:
-        """Run ``statements`` prepared (see `Prepared`): for a store's own pool only."""
-        self._prepared = Prepared(statements, *self._timeouts)
+    def bound_by_session(self) -> None:
+        """Send no bounds: the pool's connections have them as session settings.
+
+        For a store's own pool only, whose connections serve no other code
+        and were opened with the bounds as startup options (see
+        `session_options`); never behind a transaction pooler, which would
+        hand those sessions to other clients.
+        """
+        self._bounds = b""
 
     def belong_to(self, home: asyncio.AbstractEventLoop, fallback: LazyPool) -> None:
         """Serve the asynchronous pool on ``home`` only, other loops on ``fallback``."""
@@ -374,7 +277,6 @@ class Runner:
                             call.conversation(),
                             self._bounds,
                             each=True,
-                            prepared=self._prepared,
                         )
                     if not conn.autocommit:
                         await conn.commit()
@@ -426,7 +328,6 @@ class Runner:
                                 call.conversation(),
                                 self._bounds,
                                 each=True,
-                                prepared=self._prepared,
                             )
                         return result
             except psycopg.Error as exc:
@@ -591,20 +492,13 @@ async def _converse_async(
     bounds: bytes,
     *,
     each: bool,
-    prepared: Prepared | None = None,
 ) -> _T:
     # ``bounds`` go with the first statement, or with each (in autocommit,
-    # where every statement is a transaction of its own). ``prepared``
-    # serves autocommit only: a refused form must leave no transaction
-    # aborted.
+    # where every statement is a transaction of its own).
     statement = next(conversation)
     while True:
         try:
-            cursor = None
-            if prepared is not None and (form := prepared.form(statement[0])) is not None:
-                cursor = await _execute_prepared_async(conn, statement, prepared, form)
-            if cursor is None:
-                cursor = await _execute_async(conn, statement, bounds)
+            cursor = await _execute_async(conn, statement, bounds)
         except ReadOnlySqlTransaction:
             if drops_refusing_connection(conn.info.transaction_status):
                 await conn.close()
@@ -635,46 +529,17 @@ async def _execute_async(
     return _last_result(client)
 
 
-async def _execute_prepared_async(
-    conn: AsyncConnection[Any],
-    statement: Statement,
-    prepared: Prepared,
-    form: _PreparedForm,
-) -> AsyncCursor[Any] | None:
-    # The statement, prepared on the connection in the same query when this
-    # store has not prepared it there yet; ``None`` when the server refused
-    # every form (see `_refused`), for the unprepared query.
-    client = AsyncClientCursor(conn)
-    known = prepared.known(conn)
-    for _ in range(_PREPARED_TRIES):
-        prepare = form.name not in known
-        try:
-            await client.execute(prepared.query(form, prepare=prepare), statement[1])
-        except (DuplicatePreparedStatement, InvalidSqlStatementName) as exc:
-            _refused(known, form, exc)
-            continue
-        if prepare:
-            known.add(form.name)
-        return _last_result(client)
-    return None
-
-
 def _converse_sync(
     conn: Connection[Any],
     conversation: Conversation[_T],
     bounds: bytes,
     *,
     each: bool,
-    prepared: Prepared | None = None,
 ) -> _T:
     statement = next(conversation)
     while True:
         try:
-            cursor = None
-            if prepared is not None and (form := prepared.form(statement[0])) is not None:
-                cursor = _execute_prepared_sync(conn, statement, prepared, form)
-            if cursor is None:
-                cursor = _execute_sync(conn, statement, bounds)
+            cursor = _execute_sync(conn, statement, bounds)
         except ReadOnlySqlTransaction:
             if drops_refusing_connection(conn.info.transaction_status):
                 conn.close()
@@ -700,46 +565,11 @@ def _execute_sync(conn: Connection[Any], statement: Statement, bounds: bytes) ->
     return _last_result(client)
 
 
-def _execute_prepared_sync(
-    conn: Connection[Any],
-    statement: Statement,
-    prepared: Prepared,
-    form: _PreparedForm,
-) -> Cursor[Any] | None:
-    client = ClientCursor(conn)
-    known = prepared.known(conn)
-    for _ in range(_PREPARED_TRIES):
-        prepare = form.name not in known
-        try:
-            client.execute(prepared.query(form, prepare=prepare), statement[1])
-        except (DuplicatePreparedStatement, InvalidSqlStatementName) as exc:
-            _refused(known, form, exc)
-            continue
-        if prepare:
-            known.add(form.name)
-        return _last_result(client)
-    return None
-
-
-def _refused(known: set[bytes], form: _PreparedForm, exc: psycopg.Error) -> None:
-    # Both refusals come before anything but the bounds ran: ``PREPARE``
-    # of a name taken fails at once, and ``EXECUTE`` of an unknown name
-    # fails before its statement starts; the implicit transaction (the
-    # bounds) is rolled back and the connection is idle again. The name exists already (a
-    # query that failed after preparing it, or another store's identical
-    # statement): execute it. The name is unknown (deallocated, or the
-    # session is not the one that prepared it): prepare it again.
-    if isinstance(exc, InvalidSqlStatementName):
-        known.discard(form.name)
-    else:
-        known.add(form.name)
-
-
 _C = TypeVar("_C", AsyncClientCursor[Any], ClientCursor[Any])
 
 
 def _last_result(client: _C) -> _C:
-    # The statement's result is the query's last: after any PREPARE and SET.
+    # The statement's result is the query's last, after the bounds.
     while client.nextset():
         pass
     return client
@@ -803,6 +633,24 @@ def local_bounds(statement_timeout: float | None, lock_timeout: float | None) ->
         for name, seconds in named
         if seconds is not None
     )
+
+
+def session_bounds(statement_timeout: float | None, lock_timeout: float | None) -> dict[str, int]:
+    """The bounds a session of the store's own pool is opened with, in milliseconds."""
+    named = (("statement_timeout", statement_timeout), ("lock_timeout", lock_timeout))
+    return {name: max(1, round(seconds * 1000)) for name, seconds in named if seconds is not None}
+
+
+def session_options(given: str | None, bounds: dict[str, int]) -> str | None:
+    """Libpq's ``options`` that open a session with ``bounds`` as its own settings.
+
+    ``given`` (the connection string's ``options``, or ``PGOPTIONS``) comes
+    first and is kept; the bounds follow, so they are the ones the session
+    has. ``None`` when there is nothing to pass.
+    """
+    words = [given.strip()] if given and given.strip() else []
+    words += [f"-c {name}={milliseconds}ms" for name, milliseconds in bounds.items()]
+    return " ".join(words) or None
 
 
 def running_loop() -> asyncio.AbstractEventLoop | None:

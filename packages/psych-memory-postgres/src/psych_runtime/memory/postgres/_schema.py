@@ -187,16 +187,6 @@ class Statements:
     versions_table: str
     version: bytes
 
-    @property
-    def common(self) -> tuple[bytes, ...]:
-        """The statements of the common path, each a call of one statement in autocommit.
-
-        What a store whose connections may keep prepared statements
-        prepares on each (see `_runner`): ``remember``, ``recall``,
-        ``recall_page``, ``forget`` and the erase of a key of few facts.
-        """
-        return (self.remember, self.recall, self.page, self.forget, self.erase_few)
-
     @classmethod
     def for_schema(cls, schema: str) -> Statements:
         """Render the statements for the tables in ``schema``."""

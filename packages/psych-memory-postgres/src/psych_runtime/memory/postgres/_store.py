@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import AsyncIterator, Coroutine, Iterable
 from contextlib import asynccontextmanager
 from datetime import datetime
@@ -40,9 +41,24 @@ from psych_runtime.memory.port import (
 
 from . import _conversations as conversations
 from ._durability import DeletionDurability, deletion_durability
-from ._errors import ConnectionRefusedByServerError, SchemaVersionError, StoreUnavailableError
+from ._errors import (
+    ConnectionRefusedByServerError,
+    PostgresMemoryError,
+    SchemaVersionError,
+    StoreUnavailableError,
+)
 from ._replays import Call, Conversation
-from ._runner import RECONNECT_TIMEOUT, LazyPool, Pool, Runner, revive, revive_async, running_loop
+from ._runner import (
+    RECONNECT_TIMEOUT,
+    LazyPool,
+    Pool,
+    Runner,
+    revive,
+    revive_async,
+    running_loop,
+    session_bounds,
+    session_options,
+)
 from ._schema import (
     DEFAULT_SCHEMA,
     SCHEMA_VERSION,
@@ -115,14 +131,19 @@ class PostgresMemory(MemoryStore):
     and `PostgresMemoryError` for a statement the server refused. A psycopg
     exception never escapes bare; it is the ``__cause__``.
 
-    Time bounds: every transaction of the store gets ``statement_timeout``
-    and ``lock_timeout`` (``set_config(..., true)``, sent with its first
-    statement, in the same round trip), so no server session keeps a
-    setting of the store once a call is done: behind a transaction pooler,
-    or in a pool shared with other code, the session goes back as the store
-    found it. Waiting for a connection is bounded by the pool's own
-    timeout. A call exceeding a bound raises `StoreUnavailableError` with
-    ``may_have_taken_effect=False``: PostgreSQL rolled the statement back.
+    Time bounds: every statement of the store runs under
+    ``statement_timeout`` and ``lock_timeout``. On a pool given to the
+    store, and on a store's own pool that never prepares (behind a
+    transaction pooler), each transaction gets them with ``SET LOCAL``,
+    sent with its first statement in the same round trip, so no server
+    session keeps a setting of the store once a call is done: the session
+    goes back to the pool or the pooler as the store found it. A store's
+    own pool that may prepare serves this store alone: its connections are
+    opened with the bounds as their session's settings (see `connect`),
+    and a call sends nothing but its statement. Waiting for a connection
+    is bounded by the pool's own timeout. A call exceeding a bound raises
+    `StoreUnavailableError` with ``may_have_taken_effect=False``:
+    PostgreSQL rolled the statement back.
 
     Connection faults: a connection the server closed while idle in the pool
     is replaced before use. A call whose connection breaks in flight is
@@ -220,17 +241,23 @@ class PostgresMemory(MemoryStore):
     ) -> AsyncIterator[PostgresMemory]:
         """Open a store with a pool of its own; close both on exit.
 
-        Its connections are in autocommit mode, and the store sets nothing on
-        their sessions (see `PostgresMemory`). Unless ``prepare_threshold``
-        is ``None``, each connection keeps the statements of ``remember``,
-        ``recall``, ``recall_page``, ``forget`` and the erase of a key of
-        few facts prepared (SQL ``PREPARE``, named ``psych_memory_...``),
-        so the server plans them once: a call still sends its bounds and
-        its statement as one query, in one round trip. One connection is tried
-        first: when the server refuses it (a wrong password, a role or
-        database that does not exist, a bad option), opening fails at once
-        with the server's words rather than after ``pool_timeout``. Opening
-        creates nothing: `setup` does.
+        Its connections are in autocommit mode and serve this store alone.
+        Unless ``prepare_threshold`` is ``None``, they are opened with
+        ``statement_timeout`` and ``lock_timeout`` as their session's own
+        settings (``-c`` in libpq's ``options``, after any ``options`` of
+        ``conninfo`` or ``PGOPTIONS``), and psycopg prepares the statements
+        they run often, so a call sends its statement alone, as an
+        application's own code would. With ``prepare_threshold=None``
+        (behind a transaction pooler, which hands each transaction to a
+        server session other clients share) the store sets nothing on a
+        session: each transaction gets the bounds with ``SET LOCAL`` (see
+        `PostgresMemory`). One connection is tried first: when the server
+        refuses it (a wrong password, a role or database that does not
+        exist, a bad option), opening fails at once with the server's words
+        rather than after ``pool_timeout``; and when its session does not
+        have the bounds (something between the store and the server dropped
+        the ``options``), opening fails saying so. Opening creates nothing:
+        `setup` does.
 
         Opened on asyncio, the pool is psycopg's asynchronous pool,
         used with no thread hop on the loop that opened it; calls from any
@@ -284,11 +311,24 @@ class PostgresMemory(MemoryStore):
             ConnectionRefusedByServerError: The server refused the first
                 connection; the message says why, without the password.
             StoreUnavailableError: No connection could be opened in time.
+            PostgresMemoryError: The first connection's session does not
+                have the bounds passed in libpq's options (something between
+                the store and the server dropped them).
         """
         schema = validate_schema_name(schema)
         threshold = validate_prepare_threshold(prepare_threshold)
+        statement_timeout = _seconds(statement_timeout, "statement_timeout")
+        lock_timeout = _seconds(lock_timeout, "lock_timeout")
+        kwargs: dict[str, Any] = {"autocommit": True, "prepare_threshold": threshold}
+        held: dict[str, int] = {}
+        if threshold is not None:
+            held = session_bounds(statement_timeout, lock_timeout)
+            given = _libpq_settings(conninfo).get("options") or os.environ.get("PGOPTIONS")
+            session = session_options(given, held)
+            if session is not None:
+                kwargs["options"] = session
         options: dict[str, Any] = {
-            "kwargs": {"autocommit": True, "prepare_threshold": threshold},
+            "kwargs": kwargs,
             "min_size": min_size,
             "max_size": max_size,
             "timeout": pool_timeout,
@@ -307,8 +347,8 @@ class PostgresMemory(MemoryStore):
                 **bounds,
             )
             if threshold is not None:
-                threaded._runner.prepare(threaded._sql.common)
-            async with _opened(threaded, conninfo, pool_timeout):
+                threaded._runner.bound_by_session()
+            async with _opened(threaded, conninfo, pool_timeout, kwargs, held):
                 yield threaded
             return
         # On asyncio: psycopg's asynchronous pool, no thread hop. Calls from
@@ -324,11 +364,10 @@ class PostgresMemory(MemoryStore):
         )
         store._runner.belong_to(home, fallback)
         if threshold is not None:
-            # Its connections serve this store alone and may keep prepared
-            # statements: the common path runs prepared (see `Prepared`).
-            store._runner.prepare(store._sql.common)
+            # Its connections serve this store alone: they carry the bounds.
+            store._runner.bound_by_session()
         try:
-            async with _opened(store, conninfo, pool_timeout):
+            async with _opened(store, conninfo, pool_timeout, kwargs, held):
                 yield store
         finally:
             await anyio.to_thread.run_sync(fallback.close)
@@ -789,12 +828,18 @@ def validate_prepare_threshold(value: object) -> int | None:
 
 
 @asynccontextmanager
-async def _opened(store: PostgresMemory, conninfo: str, wait: float) -> AsyncIterator[None]:
+async def _opened(
+    store: PostgresMemory,
+    conninfo: str,
+    wait: float,
+    kwargs: dict[str, Any],
+    bounds: dict[str, int],
+) -> AsyncIterator[None]:
     # Opens the store's own pool, waiting for its first connection; closes
     # the store, then the pool, on exit.
     pool = store.pool
     try:
-        said = await _first_connection(conninfo, wait)
+        said = await _first_connection(conninfo, wait, kwargs, bounds)
         try:
             if isinstance(pool, AsyncConnectionPool):
                 await pool.open(wait=True, timeout=wait)
@@ -817,36 +862,73 @@ async def _opened(store: PostgresMemory, conninfo: str, wait: float) -> AsyncIte
             await anyio.to_thread.run_sync(pool.close)
 
 
-async def _first_connection(conninfo: str, wait: float) -> str | None:
-    # One connection opened and closed before the pool opens: the pool
-    # retries a refused connection until its timeout and then says only
-    # that it timed out, while the server told at once why. A refusal that
-    # will not pass by itself is raised here; any other failure is returned,
-    # in words, for the pool's timeout to report.
-    try:
-        settings = conninfo_to_dict(conninfo)
-    except psycopg.Error:
-        # libpq's message may quote the string, password included.
-        raise ValueError("conninfo is not a connection string libpq accepts") from None
-    bound: dict[str, Any] = (
-        {} if "connect_timeout" in settings else {"connect_timeout": max(2, math.ceil(wait))}
-    )
+async def _first_connection(
+    conninfo: str, wait: float, kwargs: dict[str, Any], bounds: dict[str, int]
+) -> str | None:
+    # One connection opened and closed before the pool opens, with the
+    # pool's settings: the pool retries a refused connection until its
+    # timeout and then says only that it timed out, while the server told
+    # at once why. A refusal that will not pass by itself is raised here;
+    # any other failure is returned, in words, for the pool's timeout to
+    # report. The connection also shows whether the session got the bounds
+    # passed as its options.
+    settings = _libpq_settings(conninfo)
+    bound = dict(kwargs)
+    if "connect_timeout" not in settings:
+        bound["connect_timeout"] = max(2, math.ceil(wait))
     try:
         if running_loop() is not None:
-            conn = await AsyncConnection.connect(conninfo, **bound)
-            await conn.close()
+            async with await AsyncConnection.connect(conninfo, **bound) as conn:
+                cursor = await conn.execute(_BOUNDS_HELD, prepare=False)
+                held = await cursor.fetchall()
         else:
-            await anyio.to_thread.run_sync(partial(_connect_and_close, conninfo, bound))
+            held = await anyio.to_thread.run_sync(partial(_bounds_held, conninfo, bound))
     except psycopg.Error as exc:
         said = _redacted(str(exc), settings.get("password"))
         if "FATAL:" in said and not any(words in said for words in _PASSING_REFUSALS):
             raise ConnectionRefusedByServerError("connect", said) from exc
         return said
+    ((statement_timeout, lock_timeout),) = held
+    _check_session_bounds(
+        bounds, {"statement_timeout": statement_timeout, "lock_timeout": lock_timeout}
+    )
     return None
 
 
-def _connect_and_close(conninfo: str, bound: dict[str, Any]) -> None:
-    Connection.connect(conninfo, **bound).close()
+# What a session has for the bounds, in milliseconds; numbers, which every
+# server encoding hands back alike.
+_BOUNDS_HELD: Final = (
+    b"SELECT (SELECT setting::bigint FROM pg_catalog.pg_settings"
+    b" WHERE name = 'statement_timeout'), (SELECT setting::bigint"
+    b" FROM pg_catalog.pg_settings WHERE name = 'lock_timeout')"
+)
+
+
+def _bounds_held(conninfo: str, bound: dict[str, Any]) -> list[tuple[int, int]]:
+    with Connection.connect(conninfo, **bound) as conn:
+        return conn.execute(_BOUNDS_HELD, prepare=False).fetchall()
+
+
+def _check_session_bounds(bounds: dict[str, int], held: dict[str, int]) -> None:
+    # The bounds passed in libpq's options must be what the session has: a
+    # pooler told to ignore the ``options`` startup parameter would
+    # otherwise leave every statement of the store unbounded, silently.
+    for name, milliseconds in bounds.items():
+        if held[name] != milliseconds:
+            raise PostgresMemoryError(
+                f"the store's connections do not have its {name} ({milliseconds}ms), passed "
+                f"in libpq's options (the session has {held[name]}ms): something between "
+                "the store and the server dropped them; behind a pooler in transaction mode, "
+                "open the store with prepare_threshold=None"
+            )
+
+
+def _libpq_settings(conninfo: str) -> dict[str, Any]:
+    try:
+        return conninfo_to_dict(conninfo)
+    except psycopg.Error:
+        # libpq's message may quote the string, password included.
+        raise ValueError("conninfo is not a connection string libpq accepts") from None
 
 
 def _redacted(message: str, password: object) -> str:
