@@ -13,6 +13,7 @@ import pytest
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
+from psych_runtime.memory.port import store_events
 from psych_runtime.memory.postgres import PostgresMemory
 
 if TYPE_CHECKING:
@@ -124,17 +125,38 @@ async def test_the_options_of_the_connection_string_are_kept_beside_the_bounds(
     assert [row[1] for row in bounds] == ["2000", "5000"]
 
 
+@pytest.mark.parametrize("how", ["DEALLOCATE ALL", "one by one"])
 async def test_a_call_answers_after_the_sessions_prepared_statements_were_deallocated(
-    postgres_dsn: str, schema: str
+    postgres_dsn: str, schema: str, how: str
 ) -> None:
+    replays: list[object] = []
     async with PostgresMemory.connect(
         postgres_dsn, schema=schema, max_size=1, prepare_threshold=0
     ) as store:
         await store.setup()
         fact = await store.remember("acme", "u1", "kept")
-        assert await store.recall("acme", "u1") == (fact,)
-        await _on_the_connection(store, b"DEALLOCATE ALL")
-        later = await store.remember("acme", "u1", "added")
-        assert await store.recall("acme", "u1") == (fact, later)
-        assert await store.forget("acme", "u1", fact.id) is True
-        assert await store.recall("acme", "u1") == (later,)
+        other = await store.remember("acme", "u1", "to forget")
+        assert await store.recall("acme", "u1") == (fact, other)
+        if how == "DEALLOCATE ALL":
+            # psycopg notices this one itself, on its newer versions.
+            await _on_the_connection(store, b"DEALLOCATE ALL")
+        else:
+            # psycopg never notices this: its record of the session's
+            # prepared statements is out of date, and the server refuses
+            # the next call's statement before running it.
+            names = await _on_the_connection(store, b"SELECT name FROM pg_prepared_statements")
+            for (name,) in names:
+                deallocate = sql.SQL("DEALLOCATE {}").format(sql.Identifier(name))
+                await _on_the_connection(store, deallocate)
+        token = store_events.set(lambda name, attributes: replays.append(attributes))
+        try:
+            later = await store.remember("acme", "u1", "added")
+            assert await store.forget("acme", "u1", other.id) is True
+            assert await store.recall("acme", "u1") == (fact, later)
+        finally:
+            store_events.reset(token)
+    if how == "one by one":
+        assert replays
+        assert {attributes["psych_memory.reason"] for attributes in replays} == {  # type: ignore[index]
+            "prepared statement unknown"
+        }

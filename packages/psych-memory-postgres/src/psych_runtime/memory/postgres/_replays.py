@@ -28,7 +28,7 @@ from typing import Any, Final, Generic, TypeAlias, TypeVar
 
 import psycopg
 from psycopg import sql
-from psycopg.errors import ReadOnlySqlTransaction
+from psycopg.errors import InvalidSqlStatementName, ReadOnlySqlTransaction
 from psycopg.pq import TransactionStatus
 from psycopg_pool import PoolClosed
 
@@ -119,7 +119,12 @@ def replays(  # noqa: PLR0913 - what the attempt got to, each a keyword of its o
             return False
         reason = "no connection"
     elif _harmless_replay(call, exc, broken=broken, sent=sent):
-        reason = "connection broken" if broken else "server read-only"
+        if broken:
+            reason = "connection broken"
+        elif isinstance(exc, ReadOnlySqlTransaction):
+            reason = "server read-only"
+        else:
+            reason = "prepared statement unknown"
     else:
         return False
     listener = store_events.get()
@@ -141,10 +146,14 @@ def _harmless_replay(call: Call[Any], exc: psycopg.Error, *, broken: bool, sent:
     # single statement of a small erase, are each one statement. Unless an
     # earlier attempt broke after sending, the call is replayed on a fresh
     # connection, which the URL's target_session_attrs sends to a writable
-    # server.
+    # server. A statement the server did not know as prepared did not run
+    # either (psycopg's record of the connection's prepared statements was
+    # out of date, as after a DEALLOCATE ALL it did not see on older
+    # versions): the connection goes, and a fresh one has no such record.
     if broken:
         return call.replayable or not sent
-    return isinstance(exc, ReadOnlySqlTransaction) and not call.uncertain
+    refused = isinstance(exc, ReadOnlySqlTransaction | InvalidSqlStatementName)
+    return refused and not call.uncertain
 
 
 def failure(
@@ -174,10 +183,11 @@ def failure(
 
 
 def drops_refusing_connection(status: TransactionStatus) -> bool:
-    """Whether a connection whose statement a read-only server refused is closed.
+    """Whether a connection whose statement the server refused is closed.
 
-    Outside a transaction it would refuse every later write too, so it is
-    closed and the pool drops it. Inside one it stays open for the
+    Refused as read-only, or as a prepared statement the server does not
+    know. Outside a transaction it would refuse every later write (or that
+    statement) too, so it is closed and the pool drops it. Inside one it stays open for the
     rollback; a later call outside one closes it.
 
     Args:

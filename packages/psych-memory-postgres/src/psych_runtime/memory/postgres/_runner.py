@@ -49,6 +49,7 @@ from psycopg import (
     Cursor,
 )
 from psycopg.errors import (
+    InvalidSqlStatementName,
     ReadOnlySqlTransaction,
 )
 from psycopg.pq import ConnStatus, ExecStatus
@@ -499,7 +500,7 @@ async def _converse_async(
     while True:
         try:
             cursor = await _execute_async(conn, statement, bounds)
-        except ReadOnlySqlTransaction:
+        except (ReadOnlySqlTransaction, InvalidSqlStatementName):
             if drops_refusing_connection(conn.info.transaction_status):
                 await conn.close()
             raise
@@ -540,7 +541,7 @@ def _converse_sync(
     while True:
         try:
             cursor = _execute_sync(conn, statement, bounds)
-        except ReadOnlySqlTransaction:
+        except (ReadOnlySqlTransaction, InvalidSqlStatementName):
             if drops_refusing_connection(conn.info.transaction_status):
                 conn.close()
             raise
