@@ -86,7 +86,8 @@ async def test_the_stores_own_sessions_carry_the_bounds_and_prepare_the_common_p
 async def test_no_statement_or_setting_is_left_where_the_store_may_not(
     postgres_dsn: str, schema: str, backdoor: Backdoor, how: str
 ) -> None:
-    defaults = await backdoor.server_defaults("lock_timeout", "statement_timeout")
+    names = ("lock_timeout", "statement_timeout")
+    defaults = await backdoor.server_defaults(*names)
     if how == "never prepares":
         async with PostgresMemory.connect(
             postgres_dsn, schema=schema, max_size=1, prepare_threshold=None
@@ -94,24 +95,12 @@ async def test_no_statement_or_setting_is_left_where_the_store_may_not(
             await store.setup()
             await _every_operation(store)
             assert await _prepared_deletes(store) == []
-            rows = await _on_the_connection(store, _BOUNDS)
-        assert tuple(row[1] for row in rows) == tuple(
-            str(_milliseconds(value)) for value in defaults
-        )
+            assert await backdoor.settings_of(store, *names) == defaults
         return
     async with backdoor.threaded_store(postgres_dsn, max_size=1) as store:
         await _every_operation(store)
         assert await _prepared_deletes(store) == []
-        rows = await _on_the_connection(store, _BOUNDS)
-    assert tuple(row[1] for row in rows) == tuple(str(_milliseconds(value)) for value in defaults)
-
-
-def _milliseconds(shown: str) -> int:
-    # SHOW's units ("0", "5s", "250ms", "1min") in milliseconds.
-    for unit, factor in (("ms", 1), ("s", 1000), ("min", 60_000), ("h", 3_600_000)):
-        if shown.endswith(unit) and shown[: -len(unit)].isdigit():
-            return int(shown[: -len(unit)]) * factor
-    return int(shown)
+        assert await backdoor.settings_of(store, *names) == defaults
 
 
 async def test_the_options_of_the_connection_string_are_kept_beside_the_bounds(
