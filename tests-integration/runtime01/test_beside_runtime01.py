@@ -354,10 +354,12 @@ def test_the_runtimes_own_memory_tests_pass_but_the_listed_failures(
     shutil.copy(runtime01.sdist / "pyproject.toml", suite)
     report = tmp_path / "report.xml"
 
-    # Several workers: a few playground tests wait out the retries of a
-    # model that is deliberately unreachable.
+    # Several workers, stealing work from each other: three playground tests
+    # each wait out the retries of a model that is deliberately unreachable
+    # (about 90 s), and a worker given two of them in a row would run them
+    # one after the other (211 s for the suite so, 163 s with stealing).
     result = runtime01.run(
-        "-m", "pytest", "-p", "no:cacheprovider", "-q", "-n", "4",
+        "-m", "pytest", "-p", "no:cacheprovider", "-q", "-n", "4", "--dist", "worksteal",
         f"--junitxml={report}", "--deselect", LEFT_OUT, *RUNTIME_TESTS,
         cwd=suite, check=False,
     )  # fmt: skip
