@@ -2,10 +2,17 @@
 
 Two records of what really happened, neither taken from the adapter: a
 statement-level trigger on the table logs every ``DELETE`` the server runs
-(also one that deletes nothing), with its transaction and the rows it
-deleted; and libpq's trace of the store's only connection logs every message
-the client sent, so the round trips (a ``Sync`` or a simple ``Query`` each)
-and any ``BEGIN`` are counted on the wire.
+(also one that deletes nothing, and one run inside the schema's function),
+with its transaction and the rows it deleted; and libpq's trace of the
+store's only connection logs every message the client sent, so the round
+trips (a ``Sync`` or a simple ``Query`` each) and any ``BEGIN`` are counted
+on the wire.
+
+Each test runs both ways a store sends its statements: alone, which psycopg
+prepares (a store's own pool; here a store with no bounds to send), and
+after the ``SET LOCAL`` bounds in one simple query, never prepared (behind
+a transaction pooler, or on a pool given to the store), where the erase is
+one call of the schema's function.
 """
 
 from __future__ import annotations
@@ -64,15 +71,34 @@ class _Wire:
 
 def _round_trips(messages: list[str]) -> list[str]:
     # Each Sync (extended protocol) or Query (simple protocol) waits for
-    # the server's ReadyForQuery: one round trip.
-    return [m for m in messages if m.startswith(("Sync", "Query"))]
+    # the server's ReadyForQuery: one round trip, whose messages are joined
+    # here (a Parse carries the statement's text).
+    trips: list[str] = []
+    pending: list[str] = []
+    for message in messages:
+        pending.append(message)
+        if message.startswith(("Sync", "Query")):
+            trips.append(" ".join(pending))
+            pending = []
+    assert not pending, "every message sent ends in a round trip"
+    return trips
+
+
+@pytest.fixture(params=["alone", "with bounds"])
+def way(request: pytest.FixtureRequest) -> str:
+    """How the store sends its statements: alone, or after its ``SET LOCAL`` bounds."""
+    sent: str = request.param
+    return sent
 
 
 @asynccontextmanager
 async def _traced_store(
-    backdoor: Backdoor, tmp_path: Path, anyio_backend: str
+    backdoor: Backdoor, tmp_path: Path, anyio_backend: str, way: str
 ) -> AsyncIterator[tuple[PostgresMemory, _Wire]]:
     wire = _Wire(tmp_path / "wire.trace")
+    bounds: dict[str, Any] = {}
+    if way == "alone":
+        bounds = {"statement_timeout": None, "lock_timeout": None}
     options: dict[str, Any] = {
         "min_size": 1,
         "max_size": 1,
@@ -87,14 +113,14 @@ async def _traced_store(
 
             async with AsyncConnectionPool(backdoor.dsn, configure=configure, **options) as pool:
                 await pool.open(wait=True)
-                async with PostgresMemory(pool, schema=backdoor.schema) as store:
+                async with PostgresMemory(pool, schema=backdoor.schema, **bounds) as store:
                     await store.setup()
                     yield store, wire
         else:
             threaded = ConnectionPool(backdoor.dsn, configure=wire.trace, **options)
             await anyio.to_thread.run_sync(threaded.open, True)
             try:
-                async with PostgresMemory(threaded, schema=backdoor.schema) as store:
+                async with PostgresMemory(threaded, schema=backdoor.schema, **bounds) as store:
                     await store.setup()
                     yield store, wire
             finally:
@@ -152,17 +178,22 @@ async def _erase_observed(
 
 @pytest.mark.parametrize("facts", [1, 3, FEW_FACTS])
 async def test_a_key_of_few_facts_is_erased_by_one_statement_in_one_round_trip(
-    backdoor: Backdoor, tmp_path: Path, anyio_backend: str, facts: int
+    backdoor: Backdoor, tmp_path: Path, anyio_backend: str, way: str, facts: int
 ) -> None:
-    async with _traced_store(backdoor, tmp_path, anyio_backend) as (store, wire):
+    async with _traced_store(backdoor, tmp_path, anyio_backend, way) as (store, wire):
         deletes, sent = await _erase_observed(store, backdoor, wire, facts)
 
-    # One query of the simple protocol: the statement's bounds, then the
-    # DELETE, which the server runs as one implicit transaction.
+    # One round trip; in autocommit the server runs it as one implicit
+    # transaction.
     (trip,) = _round_trips(sent)
-    assert trip.startswith("Query")
-    assert "set_config" in trip
-    assert "DELETE" in trip
+    if way == "alone":
+        assert "DELETE" in trip
+        assert "set_config" in trip
+    else:
+        # The bounds, then the function's call: the DELETE runs inside it.
+        assert trip.startswith('Query "SET LOCAL statement_timeout')
+        assert "erase_few" in trip
+        assert "DELETE" not in trip
     assert "BEGIN" not in trip, "no BEGIN"
     assert "COMMIT" not in trip, "no COMMIT"
     ((_, deleted),) = deletes
@@ -170,27 +201,33 @@ async def test_a_key_of_few_facts_is_erased_by_one_statement_in_one_round_trip(
 
 
 async def test_an_empty_key_costs_the_one_statement_and_one_read(
-    backdoor: Backdoor, tmp_path: Path, anyio_backend: str
+    backdoor: Backdoor, tmp_path: Path, anyio_backend: str, way: str
 ) -> None:
-    async with _traced_store(backdoor, tmp_path, anyio_backend) as (store, wire):
+    async with _traced_store(backdoor, tmp_path, anyio_backend, way) as (store, wire):
         deletes, sent = await _erase_observed(store, backdoor, wire, 0)
 
     # The statement deleted nothing, so a read tells "no fact" from "more
-    # than it deletes"; nothing else runs.
+    # than it deletes" (inside the function's call when there is one);
+    # nothing else runs.
     ((_, deleted),) = deletes
     assert deleted == 0
-    first, second = _round_trips(sent)
-    assert "DELETE" in first
-    assert "EXISTS" in second
-    assert "DELETE" not in second
-    assert not any("BEGIN" in trip for trip in (first, second))
+    trips = _round_trips(sent)
+    if way == "alone":
+        first, second = trips
+        assert "DELETE" in first
+        assert "EXISTS" in second
+        assert "DELETE" not in second
+    else:
+        (call,) = trips
+        assert "erase_few" in call
+    assert not any("BEGIN" in trip for trip in trips)
 
 
 @pytest.mark.parametrize("facts", [FEW_FACTS + 1, 3 * FEW_FACTS + 7])
 async def test_a_key_of_more_facts_is_untouched_by_the_one_statement_and_erased_in_one_transaction(
-    backdoor: Backdoor, tmp_path: Path, anyio_backend: str, facts: int
+    backdoor: Backdoor, tmp_path: Path, anyio_backend: str, way: str, facts: int
 ) -> None:
-    async with _traced_store(backdoor, tmp_path, anyio_backend) as (store, wire):
+    async with _traced_store(backdoor, tmp_path, anyio_backend, way) as (store, wire):
         (first, *batches), sent = await _erase_observed(store, backdoor, wire, facts)
 
     # The single statement ran in a transaction of its own and deleted
@@ -201,7 +238,34 @@ async def test_a_key_of_more_facts_is_untouched_by_the_one_statement_and_erased_
     assert {xact for xact, _ in batches} == {batches[0][0]} != {first[0]}
     assert sum(deleted for _, deleted in batches) == facts
     trips = _round_trips(sent)
-    assert "DELETE" in trips[0]
-    assert "EXISTS" in trips[1]
-    assert trips[2] == 'Query "BEGIN"'
-    assert trips[-1] == 'Query "COMMIT"'
+    if way == "alone":
+        assert "DELETE" in trips[0]
+        assert "EXISTS" in trips[1]
+        batched = trips[2:]
+    else:
+        assert "erase_few" in trips[0]
+        batched = trips[1:]
+    assert batched[0] == 'Query "BEGIN"'
+    assert batched[-1] == 'Query "COMMIT"'
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "bounded", "prepares"),
+    [
+        (None, False, True),
+        ({"autocommit": True}, False, True),
+        ({"prepare_threshold": 0}, False, True),
+        ({"prepare_threshold": None}, False, False),
+        ({"autocommit": True}, True, False),
+    ],
+)
+def test_the_inline_statement_goes_where_statements_may_be_prepared(
+    kwargs: dict[str, Any] | None, bounded: bool, prepares: bool
+) -> None:
+    # The function's call where nothing is prepared (bounds sent as SET
+    # LOCAL make a simple query; a pool told never to prepare); the inline
+    # DELETE elsewhere, which costs the server less once prepared.
+    pool = ConnectionPool("postgresql://nobody@127.0.0.1/none", kwargs=kwargs, open=False)
+    bounds: dict[str, Any] = {} if bounded else {"statement_timeout": None, "lock_timeout": None}
+    store = PostgresMemory(pool, **bounds)
+    assert store._runner.prepares is prepares

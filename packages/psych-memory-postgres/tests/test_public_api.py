@@ -41,7 +41,7 @@ def test_namespace_levels_stay_namespaces() -> None:
 
 def test_version_and_defaults() -> None:
     assert version("psych-memory-postgres") == postgres.__version__ == "0.1.0"
-    assert postgres.SCHEMA_VERSION == 2
+    assert postgres.SCHEMA_VERSION == 3
     assert postgres.DEFAULT_SCHEMA == "psych_memory"
 
 

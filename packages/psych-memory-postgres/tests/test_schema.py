@@ -242,7 +242,7 @@ async def test_setup_upgrades_version_1_in_place_and_keeps_every_fact(
             await store.recall("acme", "u1")
         assert caught.value.found == 1
         await store.setup()
-        assert await _recorded_version(backdoor) == [2]
+        assert await _recorded_version(backdoor) == [SCHEMA_VERSION]
         recalled = await store.recall("acme", "u1")
         assert [m.id for m in recalled] == old_ids
         assert [m.content for m in recalled] == [f"fact {n}" for n in range(1, 6)]
@@ -288,7 +288,50 @@ async def test_setup_writes_nothing_when_the_schema_is_current(
 
 
 def test_migrations_only_grow() -> None:
-    # Version 1 as released: never edited, only followed.
-    assert len(MIGRATIONS) == SCHEMA_VERSION == 2
+    # Versions 1 and 2 as released: never edited, only followed.
+    assert len(MIGRATIONS) == SCHEMA_VERSION == 3
     first = MIGRATIONS[0][0].as_string(None)
     assert "id          uuid NOT NULL DEFAULT gen_random_uuid()" in first
+    assert [statement.as_string(None).split()[:3] for statement in MIGRATIONS[1]] == [
+        ["ALTER", "TABLE", "{memories}"],
+        ["CREATE", "INDEX", "memories_id"],
+    ]
+
+
+async def _build_version_2(backdoor: Backdoor) -> None:
+    # Exactly what setup() wrote before version 3 existed.
+    await _build_version_1(backdoor)
+    names = {"memories": sql.Identifier(backdoor.schema, "memories")}
+    for statement in MIGRATIONS[1]:
+        await backdoor.query(statement.format(**names))
+    await _set_version(backdoor, 2)
+
+
+async def _has_erase_function(backdoor: Backdoor) -> bool:
+    signature = sql.SQL("{}(text, text)").format(sql.Identifier(backdoor.schema, "erase_few"))
+    rows = await backdoor.query(
+        sql.SQL("SELECT to_regprocedure(%s) IS NOT NULL"), (signature.as_string(None),)
+    )
+    return bool(rows[0][0])
+
+
+async def test_setup_upgrades_version_2_with_the_erase_function_and_keeps_every_fact(
+    postgres_dsn: str, schema: str, backdoor: Backdoor
+) -> None:
+    await _build_version_2(backdoor)
+    await backdoor.load("u1", 3)
+    await backdoor.load("u2", 2)
+    assert not await _has_erase_function(backdoor)
+    # Behind a transaction pooler, where an erase calls the function.
+    async with PostgresMemory.connect(postgres_dsn, schema=schema, prepare_threshold=None) as store:
+        with pytest.raises(SchemaVersionError, match=r"older .*call setup\(\)") as caught:
+            await store.erase("acme", "u1")
+        assert caught.value.found == 2
+        assert await backdoor.count("acme", "u1") == 3
+        await store.setup()
+        assert await _recorded_version(backdoor) == [SCHEMA_VERSION]
+        assert await _has_erase_function(backdoor)
+        assert await store.erase("acme", "u1") == 3
+        assert await store.erase("acme", "u1") == 0
+        assert len(await store.recall("acme", "u2")) == 2
+    assert await backdoor.count("acme", "u1") == 0

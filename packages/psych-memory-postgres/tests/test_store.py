@@ -333,14 +333,24 @@ def test_repr_names_the_schema_and_never_the_address() -> None:
     assert "secret" not in text
 
 
-async def test_odd_schema_names_are_quoted(postgres_dsn: str) -> None:
-    # Each run its own name, so parallel runs never share it.
-    schema = f'Odd "{uuid4().hex[:12]}"; DROP TABLE x; --'
+@pytest.mark.parametrize("prepare_threshold", [5, None])
+async def test_odd_schema_names_are_quoted(
+    postgres_dsn: str, prepare_threshold: int | None
+) -> None:
+    # Each run its own name, so parallel runs never share it. The erase
+    # function's body names the table too: dollar quotes, quotes and a
+    # backslash must not end it.
+    schema = f"Odd \"{uuid4().hex[:12]}\" $$ 'q' \\ $x$; DROP TABLE x; --"
     try:
-        async with PostgresMemory.connect(postgres_dsn, schema=schema) as store:
+        async with PostgresMemory.connect(
+            postgres_dsn, schema=schema, prepare_threshold=prepare_threshold
+        ) as store:
             await store.setup()
             fact = await store.remember("acme", "u1", "quoted, not executed")
             assert await store.recall("acme", "u1") == (fact,)
+            await store.remember("acme", "u1", "a second fact")
+            assert await store.erase("acme", "u1") == 2
+            assert await store.recall("acme", "u1") == ()
     finally:
         await anyio.to_thread.run_sync(_drop_schema, postgres_dsn, schema)
 
@@ -393,7 +403,9 @@ async def test_a_batch_with_a_taken_id_in_another_tenant_stores_nothing(
     assert await store.recall("globex", "user-1") == ()
 
 
-@pytest.mark.parametrize("operation", ["forget", "erase batch", "erase rest"])
+@pytest.mark.parametrize(
+    "operation", ["forget", "erase few", "erase few function", "erase batch", "erase rest"]
+)
 @pytest.mark.parametrize(
     "setting",
     [
@@ -418,9 +430,12 @@ async def test_a_deletion_is_never_committed_asynchronously(
     if operation == "forget":
         statement, args = statements.forget, ("acme", "user-1", fact.id)
     else:
-        # Each statement of an erase that deletes: a batch, and the rest.
+        # Each statement of an erase that deletes: the one for few facts,
+        # inline or by the schema's function, a batch, and the rest.
         lowest = -(2**63)
         statement, args = {
+            "erase few": (statements.erase_few, ("acme", "user-1") * 2),
+            "erase few function": (statements.erase_few_function, ("acme", "user-1")),
             "erase batch": (statements.erase_batch, ("acme", "user-1", lowest, 2**63 - 1)),
             "erase rest": (statements.erase_rest, ("acme", "user-1", lowest)),
         }[operation]
@@ -429,7 +444,10 @@ async def test_a_deletion_is_never_committed_asynchronously(
         with psycopg.connect(postgres_dsn, autocommit=True) as conn:
             conn.execute(sql.SQL("SET synchronous_commit = {}").format(sql.Literal(session)))
             with conn.transaction():
-                deleted = conn.execute(statement, args).rowcount
+                cursor = conn.execute(statement, args)
+                # The function answers how many it deleted; a DELETE's count.
+                answer = cursor.fetchone() if operation == "erase few function" else None
+                deleted = cursor.rowcount if answer is None else int(answer[0])
                 during = conn.execute("SHOW synchronous_commit").fetchone()
             after = conn.execute("SHOW synchronous_commit").fetchone()
             assert during is not None

@@ -152,17 +152,23 @@ def recall_page(
     return tuple([Memory(row[1], key, row[2], utc(row[3])) for row in rows if row[1] is not None])
 
 
-def erase_few(sql: Statements, key: MemoryKey) -> Conversation[int | None]:
+def erase_few(sql: Statements, key: MemoryKey, *, prepared: bool) -> Conversation[int | None]:
     """Delete every fact of the key with one statement, if it holds at most `FEW_FACTS`.
 
-    A statement that deleted nothing is followed by one read: the key held
-    no fact, or more than `FEW_FACTS`, which the statement left whole.
+    With statements that are ``prepared``, the ``DELETE`` itself, followed
+    by one read when it deleted nothing (the key held no fact, or more than
+    `FEW_FACTS`, which it left whole); otherwise one call of the schema's
+    function, which does both and keeps its plans on the server.
 
     Returns:
         How many facts were deleted, or ``None`` (nothing deleted) when the
         key holds more: those go with `erase`.
     """
     key_of = (key.tenant, key.end_user_id)
+    if not prepared:
+        rows, _ = yield (sql.erase_few_function, key_of)
+        answer: int | None = rows[0][0]
+        return answer
     _, deleted = yield (sql.erase_few, key_of + key_of)
     if deleted:
         return deleted

@@ -208,6 +208,20 @@ class Runner:
         """
         self._bounds = b""
 
+    @property
+    def prepares(self) -> bool:
+        """Whether the server may be sent this runner's statements prepared.
+
+        Statements go alone (extended protocol), which psycopg prepares
+        after ``prepare_threshold`` runs, unless the pool's connection
+        settings say never to (settings the pool computes per connection
+        are taken to prepare, psycopg's default); with bounds they go as
+        one simple query after the ``SET LOCAL``, which is never prepared.
+        """
+        settings = self._pool.kwargs
+        never = isinstance(settings, dict) and settings.get("prepare_threshold", 0) is None
+        return not self._bounds and not never
+
     def belong_to(self, home: asyncio.AbstractEventLoop, fallback: LazyPool) -> None:
         """Serve the asynchronous pool on ``home`` only, other loops on ``fallback``."""
         self._home = home

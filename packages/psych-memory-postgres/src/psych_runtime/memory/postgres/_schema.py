@@ -12,6 +12,9 @@ Everything lives in one PostgreSQL schema chosen by the application:
     walks, so their cost does not grow with the table. The unique index
     ``(tenant, id)`` finds the fact ``forget`` names; it includes the tenant
     so that the table can be distributed by tenant (Citus) unchanged.
+``erase_few(tenant, end_user_id)``
+    The erase of a key of at most `FEW_FACTS` facts as a function (see
+    `ERASE_FEW_BODY`), for calls whose statements are not prepared.
 ``schema_version``
     One row: the version of this layout that the schema holds.
 
@@ -31,6 +34,7 @@ from ._errors import PostgresMemoryError, SchemaVersionError
 
 __all__ = [
     "DEFAULT_SCHEMA",
+    "ERASE_FEW_BODY",
     "FEW_FACTS",
     "MIGRATIONS",
     "SCHEMA_VERSION",
@@ -40,7 +44,7 @@ __all__ = [
     "validate_schema_name",
 ]
 
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 """The version of the table layout this code reads and writes."""
 
 DEFAULT_SCHEMA: Final = "psych_memory"
@@ -128,7 +132,56 @@ MIGRATIONS: Final[tuple[tuple[sql.SQL, ...], ...]] = (
         # table can still be distributed by tenant.
         sql.SQL("CREATE INDEX memories_id ON {memories} (id)"),
     ),
+    # Version 3: a function erases a key of few facts in one short call
+    # where statements are not prepared (see ERASE_FEW_BODY).
+    (
+        sql.SQL(
+            "CREATE FUNCTION {erase_few}(text, text) RETURNS bigint"
+            " LANGUAGE plpgsql VOLATILE AS {erase_few_body}"
+        ),
+    ),
 )
+
+ERASE_FEW_BODY: Final = sql.SQL(
+    """
+    DECLARE
+        deleted bigint;
+    BEGIN
+        DELETE FROM {memories} WHERE tenant = $1 AND end_user_id = $2
+            AND NOT EXISTS (SELECT FROM {memories} WHERE tenant = $1 AND end_user_id = $2
+                ORDER BY seq OFFSET {few});
+        GET DIAGNOSTICS deleted = ROW_COUNT;
+        IF deleted = 0 THEN
+            IF EXISTS (SELECT FROM {memories} WHERE tenant = $1 AND end_user_id = $2) THEN
+                RETURN NULL;
+            END IF;
+            RETURN 0;
+        END IF;
+        PERFORM set_config('synchronous_commit', 'remote_apply', true);
+        RETURN deleted;
+    END
+    """
+)
+"""What ``erase_few(tenant, end_user_id)`` runs: how many facts it deleted, or NULL.
+
+`Statements.erase_few`, and when that deleted nothing `Statements.holds_facts`,
+in one call: 0 for a key that held no fact, NULL (nothing deleted) for a
+key of more than `FEW_FACTS` facts, which go in `erase`'s batches. A
+store uses it where its statements are not prepared (behind a transaction
+pooler, or with its bounds sent as ``SET LOCAL``): there the call is a
+short statement to parse and plan, where the inline ``DELETE`` with its
+guard is a long one, and PL/pgSQL keeps the plans of the statements inside
+for the server session's life, which a pooler's sessions share. Where
+statements are prepared, the inline ``DELETE`` costs the server less than
+the function's call.
+
+A deletion sets ``synchronous_commit = remote_apply`` for its transaction,
+as `Statements.erase_few` does; ``set_config`` with ``is_local`` lasts
+until the transaction ends, past the function's return, since the function
+has no ``SET`` clause of its own. Every name is qualified with the schema,
+so the caller's ``search_path`` plays no part; the function runs with the
+caller's rights. Part of migration 3: never edited once released.
+"""
 
 
 # Appended to a deletion: its own transaction commits with
@@ -153,9 +206,10 @@ class Statements:
     state is ever visible to another connection. ``erase`` runs
     ``erase_few`` on its own, which deletes a key of at most `FEW_FACTS`
     facts (and, when it deleted none, ``holds_facts`` to tell an empty key
-    from a bigger one); for a key of more it runs ``erase_bound`` and
-    ``erase_batch`` as often as the key needs, then ``erase_rest``, inside
-    one transaction.
+    from a bigger one), or ``erase_few_function``, the schema's function
+    doing the same in one call where statements are not prepared; for a key
+    of more it runs ``erase_bound`` and ``erase_batch`` as often as the key
+    needs, then ``erase_rest``, inside one transaction.
 
     Every time is read as ``created_at AT TIME ZONE 'UTC'``, a time without
     zone in UTC: the session's ``TimeZone`` can neither shift it nor push it
@@ -171,6 +225,7 @@ class Statements:
     page: bytes
     erase_few: bytes
     holds_facts: bytes
+    erase_few_function: bytes
     erase_bound: bytes
     erase_batch: bytes
     erase_rest: bytes
@@ -193,6 +248,7 @@ class Statements:
         names = {
             "memories": _table(schema, "memories"),
             "versions": _table(schema, "schema_version"),
+            "erase_few": _table(schema, "erase_few"),
             "synced": sql.SQL(_SYNCED),
             "few": sql.Literal(FEW_FACTS),
         }
@@ -269,6 +325,9 @@ class Statements:
             holds_facts=render(
                 "SELECT EXISTS (SELECT FROM {memories} WHERE tenant = %s AND end_user_id = %s)"
             ),
+            # The same erase by the schema's function, for calls whose
+            # statements are not prepared (see ERASE_FEW_BODY).
+            erase_few_function=render("SELECT {erase_few}(%s, %s)"),
             # An erase of more goes batch by batch through the key's part of the
             # primary key, each batch starting after the last seq of the one
             # before, so no scan walks again the rows earlier batches of
@@ -350,10 +409,16 @@ def setup_steps(schema: str) -> Generator[Step, tuple[list[tuple[Any, ...]], int
         SchemaVersionError: ``schema`` is at a newer version than this code.
         PostgresMemoryError: The database does not store text as UTF-8.
     """
+    memories = _table(schema, "memories")
+    body = ERASE_FEW_BODY.format(memories=memories, few=sql.Literal(FEW_FACTS))
     names = {
         "schema": sql.Identifier(schema),
-        "memories": _table(schema, "memories"),
+        "memories": memories,
         "versions": _table(schema, "schema_version"),
+        "erase_few": _table(schema, "erase_few"),
+        # A string constant rather than dollar quotes, which a schema name
+        # may contain.
+        "erase_few_body": sql.Literal(body.as_string(None)),
     }
     # Several processes may set up at once: the lock makes them take turns,
     # so each sees either nothing or the finished schema.

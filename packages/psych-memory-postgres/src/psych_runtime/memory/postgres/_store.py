@@ -564,8 +564,11 @@ class PostgresMemory(MemoryStore):
           most a thousand. For a key of one to a thousand facts that is the
           whole erase, one round trip, like ``forget``: replayed on a fresh
           connection only if it was never sent. When it deleted nothing, one
-          read tells a key that held no fact (the erase returns 0) from a
-          bigger one.
+          read of the index tells a key that held no fact (the erase returns
+          0) from a bigger one. Where statements are not prepared (behind a
+          transaction pooler, or on a pool given to the store), both are one
+          call of the schema's function ``erase_few``, whose plans the
+          server keeps: one short statement to parse instead of a long one.
         - A key of more facts is left untouched by that statement and goes
           in batches of short ``DELETE`` statements inside one transaction,
           each sized to stay far below ``statement_timeout`` (an eighth of
@@ -585,7 +588,9 @@ class PostgresMemory(MemoryStore):
         """
         key = memory_key(scope, end_user_id)
         deleted = await self._run(
-            "erase", partial(conversations.erase_few, self._sql, key), replayable=False
+            "erase",
+            partial(conversations.erase_few, self._sql, key, prepared=self._runner.prepares),
+            replayable=False,
         )
         if deleted is not None:
             return deleted
