@@ -39,11 +39,16 @@ class TestPostgresConformance(MemoryStoreContract):
     # the run short, and every check still runs.
     max_examples: ClassVar[int] = 25
 
+    # psycopg's default: the store's own pool prepares its statements.
+    prepare_threshold: ClassVar[int | None] = 5
+
     @asynccontextmanager
     async def open_store(self) -> AsyncIterator[MemoryStore]:
         schema = f"psych_kit_{uuid4().hex}"
         try:
-            async with PostgresMemory.connect(DSN, schema=schema, max_size=8) as store:
+            async with PostgresMemory.connect(
+                DSN, schema=schema, max_size=8, prepare_threshold=self.prepare_threshold
+            ) as store:
                 await store.setup()
                 yield store
         finally:
@@ -60,3 +65,15 @@ class TestPostgresConformance(MemoryStoreContract):
             ),
             (key.tenant, key.end_user_id),
         )
+
+
+class TestPostgresConformanceUnprepared(TestPostgresConformance):
+    """The kit on a store that never prepares, as behind a transaction pooler.
+
+    Its statements go after their ``SET LOCAL`` bounds in one simple query,
+    and an erase calls the schema's function instead of sending the
+    ``DELETE`` itself.
+    """
+
+    max_examples: ClassVar[int] = 10
+    prepare_threshold: ClassVar[int | None] = None
