@@ -249,3 +249,59 @@ async def test_a_refused_statement_is_a_store_error_naming_no_value(
         await backdoor.query(
             sql.SQL("DROP OWNED BY {role}; DROP ROLE {role}").format(role=sql.Identifier(role))
         )
+
+
+@pytest.mark.parametrize("prepare_threshold", [5, None])
+async def test_the_documented_grants_are_enough_for_every_call(
+    postgres_dsn: str, schema: str, backdoor: Backdoor, prepare_threshold: int | None
+) -> None:
+    # USAGE on the schema, SELECT, INSERT and DELETE on memories, SELECT on
+    # schema_version, and EXECUTE on erase_few, which every role has until
+    # it is revoked from PUBLIC: then an erase that calls it is refused,
+    # clearly, and deletes nothing.
+    role = f"psych_app_{uuid4().hex[:12]}"
+    names = {
+        "schema": sql.Identifier(schema),
+        "role": sql.Identifier(role),
+        "memories": sql.Identifier(schema, "memories"),
+        "versions": sql.Identifier(schema, "schema_version"),
+        "erase_few": sql.Identifier(schema, "erase_few"),
+    }
+    await backdoor.query(sql.SQL("CREATE ROLE {role} LOGIN").format(**names))
+    try:
+        async with PostgresMemory.connect(postgres_dsn, schema=schema) as store:
+            await store.setup()
+        for statement in (
+            "GRANT USAGE ON SCHEMA {schema} TO {role}",
+            "GRANT SELECT, INSERT, DELETE ON {memories} TO {role}",
+            "GRANT SELECT ON {versions} TO {role}",
+        ):
+            await backdoor.query(sql.SQL(statement).format(**names))
+        dsn = psycopg.conninfo.make_conninfo(postgres_dsn, user=role)
+        async with PostgresMemory.connect(
+            dsn, schema=schema, prepare_threshold=prepare_threshold
+        ) as store:
+            fact = await store.remember("acme", "u1", "kept until erased")
+            assert await store.recall("acme", "u1") == (fact,)
+            assert await store.forget("acme", "u1", fact.id) is True
+            await store.remember("acme", "u1", "erased")
+            assert await store.erase("acme", "u1") == 1
+            assert await store.erase("acme", "u1") == 0
+            await store.remember("acme", "u1", "not erased")
+            await backdoor.query(
+                sql.SQL("REVOKE EXECUTE ON FUNCTION {erase_few}(text, text) FROM PUBLIC").format(
+                    **names
+                )
+            )
+            if prepare_threshold is None:
+                with pytest.raises(PostgresMemoryError, match="SQLSTATE 42501") as caught:
+                    await store.erase("acme", "u1")
+                assert isinstance(caught.value.__cause__, psycopg.errors.InsufficientPrivilege)
+                assert await backdoor.count("acme", "u1") == 1
+            else:
+                # The store's own pool prepares, and sends the DELETE itself.
+                assert await store.erase("acme", "u1") == 1
+    finally:
+        await backdoor.query(
+            sql.SQL("DROP OWNED BY {role}; DROP ROLE {role}").format(role=sql.Identifier(role))
+        )
