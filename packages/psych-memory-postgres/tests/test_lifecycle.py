@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 from uuid import uuid4
@@ -216,9 +217,7 @@ async def test_a_refused_statement_is_a_store_error_naming_no_value(
 ) -> None:
     # A role that may read the table but not write it: the server's refusal
     # must reach the caller as the port's failure, never as psycopg's.
-    role = f"psych_ro_{uuid4().hex[:12]}"
-    await backdoor.query(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
-    try:
+    async with _login_role(backdoor, "psych_ro") as role:
         async with PostgresMemory.connect(postgres_dsn, schema=schema) as store:
             await store.setup()
             secret = "Jane Roe, SSN 078-05-1120"  # noqa: S105 - personal data, not a password
@@ -245,6 +244,15 @@ async def test_a_refused_statement_is_a_store_error_naming_no_value(
                 assert isinstance(caught.value.__cause__, psycopg.errors.InsufficientPrivilege)
                 assert "Jane" not in str(caught.value)
                 assert "SQLSTATE 42501" in str(caught.value)
+
+
+@asynccontextmanager
+async def _login_role(backdoor: Backdoor, prefix: str) -> AsyncIterator[str]:
+    """A new role that may log in, with no grant yet; dropped afterwards."""
+    role = f"{prefix}_{uuid4().hex[:12]}"
+    await backdoor.query(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
+    try:
+        yield role
     finally:
         await backdoor.query(
             sql.SQL("DROP OWNED BY {role}; DROP ROLE {role}").format(role=sql.Identifier(role))
@@ -259,16 +267,14 @@ async def test_the_documented_grants_are_enough_for_every_call(
     # schema_version, and EXECUTE on erase_few, which every role has until
     # it is revoked from PUBLIC: then an erase that calls it is refused,
     # clearly, and deletes nothing.
-    role = f"psych_app_{uuid4().hex[:12]}"
-    names = {
-        "schema": sql.Identifier(schema),
-        "role": sql.Identifier(role),
-        "memories": sql.Identifier(schema, "memories"),
-        "versions": sql.Identifier(schema, "schema_version"),
-        "erase_few": sql.Identifier(schema, "erase_few"),
-    }
-    await backdoor.query(sql.SQL("CREATE ROLE {role} LOGIN").format(**names))
-    try:
+    async with _login_role(backdoor, "psych_app") as role:
+        names = {
+            "schema": sql.Identifier(schema),
+            "role": sql.Identifier(role),
+            "memories": sql.Identifier(schema, "memories"),
+            "versions": sql.Identifier(schema, "schema_version"),
+            "erase_few": sql.Identifier(schema, "erase_few"),
+        }
         async with PostgresMemory.connect(postgres_dsn, schema=schema) as store:
             await store.setup()
         for statement in (
@@ -301,7 +307,3 @@ async def test_the_documented_grants_are_enough_for_every_call(
             else:
                 # The store's own pool prepares, and sends the DELETE itself.
                 assert await store.erase("acme", "u1") == 1
-    finally:
-        await backdoor.query(
-            sql.SQL("DROP OWNED BY {role}; DROP ROLE {role}").format(role=sql.Identifier(role))
-        )

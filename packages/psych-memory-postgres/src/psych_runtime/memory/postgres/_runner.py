@@ -174,6 +174,7 @@ class Runner:
         "_home",
         "_pool",
         "_schema",
+        "prepares",
         "verified",
     )
 
@@ -193,6 +194,8 @@ class Runner:
         self._fallback: LazyPool | None = None
         self._schema = schema
         self._bounds = local_bounds(statement_timeout, lock_timeout)
+        self.prepares = _may_prepare(pool, self._bounds)
+        """Whether the server may be sent this runner's statements prepared."""
         # Set by the store once the recorded schema version was found
         # current; cleared here when the tables turn out missing. A plain
         # flag is enough: two tasks checking at once is harmless.
@@ -207,20 +210,7 @@ class Runner:
         hand those sessions to other clients.
         """
         self._bounds = b""
-
-    @property
-    def prepares(self) -> bool:
-        """Whether the server may be sent this runner's statements prepared.
-
-        Statements go alone (extended protocol), which psycopg prepares
-        after ``prepare_threshold`` runs, unless the pool's connection
-        settings say never to (settings the pool computes per connection
-        are taken to prepare, psycopg's default); with bounds they go as
-        one simple query after the ``SET LOCAL``, which is never prepared.
-        """
-        settings = self._pool.kwargs
-        never = isinstance(settings, dict) and settings.get("prepare_threshold", 0) is None
-        return not self._bounds and not never
+        self.prepares = _may_prepare(self._pool, self._bounds)
 
     def belong_to(self, home: asyncio.AbstractEventLoop, fallback: LazyPool) -> None:
         """Serve the asynchronous pool on ``home`` only, other loops on ``fallback``."""
@@ -362,6 +352,17 @@ class Runner:
             # The tables went away under a running store: check again next time.
             self.verified = False
         raise error from exc
+
+
+def _may_prepare(pool: Pool, bounds: bytes) -> bool:
+    # Decided once per store, not per call. Statements go alone (extended
+    # protocol), which psycopg prepares after ``prepare_threshold`` runs,
+    # unless the pool's connection settings say never to (settings the pool
+    # computes per connection are taken to prepare, psycopg's default); with
+    # bounds they go as one simple query after the SET LOCAL, never prepared.
+    settings = pool.kwargs
+    never = isinstance(settings, dict) and settings.get("prepare_threshold", 0) is None
+    return not bounds and not never
 
 
 if sys.version_info >= (3, 12):
