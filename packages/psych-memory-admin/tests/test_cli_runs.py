@@ -311,6 +311,19 @@ def complete_export(path: Path) -> None:
     assert (export.key, len(export.facts)) == (MemoryKey("acme", "big"), EXPORT_FACTS)
 
 
+def wait_for_output(process: subprocess.Popen[str], target: Path) -> None:
+    """Look, without pause, until the export's file appears.
+
+    The export may also finish between a look that finds no file and the
+    look at the process (a busy machine can hold this process that long):
+    an export that ended must have written its file first.
+    """
+    while not target.exists():
+        if process.poll() is not None:
+            assert target.exists(), process.communicate()
+            return
+
+
 def files_beside(tmp_path: Path) -> list[str]:
     """Every file in the folder but the store's own."""
     return sorted(path.name for path in tmp_path.iterdir() if not path.name.startswith("facts.db"))
@@ -346,8 +359,7 @@ def test_an_export_killed_as_soon_as_its_file_appears_left_it_complete(tmp_path:
         process = started_export(tmp_path, "out.json")
         # Polled without pause: the kill must land as close to the file's
         # appearance as this process can see it.
-        while not target.exists():
-            assert process.poll() is None, process.communicate()
+        wait_for_output(process, target)
         process.kill()
         process.communicate(timeout=60)
         complete_export(target)
@@ -386,8 +398,7 @@ def test_ctrl_c_at_random_points_of_an_export_says_written_exactly_when_it_was(
         process = started_export(tmp_path, "out.json")
         if round_ < KILLS:
             # As soon as the name appears: the export is written, and must say so.
-            while not target.exists():
-                assert process.poll() is None, process.communicate()
+            wait_for_output(process, target)
         else:
             # Late in the run more often than not: the final write and link.
             with contextlib.suppress(subprocess.TimeoutExpired):
