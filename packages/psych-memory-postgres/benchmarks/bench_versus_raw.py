@@ -14,7 +14,10 @@ the median of the rounds' ratios (adapter time / raw time, target at most
 
 Raw psycopg sends the adapter's own statements with a plain cursor (so
 psycopg prepares them after five runs); for ``erase`` it sends the one
-``DELETE`` of the key an application would write. Beside each ratio: the
+``DELETE`` of the key an application would write; a third side, raw
+psycopg sending the adapter's own ``erase`` statement, splits that ratio in
+two: what the statement's guarantees cost the server, and what the
+adapter's Python adds. Beside each ratio: the
 client's CPU time per call of each side, and the server's (the CPU time
 the server processes serving the pool spent, read from ``/proc``; shown
 when the server runs on this machine), in microseconds.
@@ -110,6 +113,25 @@ class Raw:
 
     def erase(self, tenant: str, end_user_id: str) -> Awaitable[None]:
         return self.run(self.plain_erase, (tenant, end_user_id))
+
+
+class RawGuarded(Raw):
+    """Raw psycopg sending, for ``erase``, the statement the adapter sends.
+
+    The guarded ``DELETE`` where statements are prepared, the call of the
+    schema's function ``erase_few`` where they are not (through the
+    pooler): beside the plain ``DELETE`` it shows what the statement itself
+    costs (its guard and ``remote_apply``), apart from the adapter's Python.
+    """
+
+    def __init__(self, pool: AsyncConnectionPool[Any], schema: str, *, prepared: bool) -> None:
+        super().__init__(pool, schema)
+        self.prepared = prepared
+
+    def erase(self, tenant: str, end_user_id: str) -> Awaitable[None]:
+        if self.prepared:
+            return self.run(self.sql.erase_few, (tenant, end_user_id, tenant, end_user_id))
+        return self.run(self.sql.erase_few_function, (tenant, end_user_id))
 
 
 def admin(
@@ -234,9 +256,12 @@ async def timed(calls: list[Call], clock: ServerClock | None, side: Side) -> Non
         side.server.append((after - server) / len(calls) * 1e6)
 
 
-async def compare(dsn: str, schema: str, count: int, rounds: int, *, pooled: bool) -> list[str]:
-    """Rows of the table for one way of reaching the server."""
+async def compare(
+    dsn: str, schema: str, count: int, rounds: int, *, pooled: bool
+) -> tuple[list[str], list[str]]:
+    """Rows of the table for one way of reaching the server, and of the erase table."""
     lines = []
+    erase_lines = []
     threshold = None if pooled else 5
     async with PostgresMemory.connect(dsn, schema=schema, prepare_threshold=threshold) as store:
         await store.setup()
@@ -244,6 +269,7 @@ async def compare(dsn: str, schema: str, count: int, rounds: int, *, pooled: boo
         if not isinstance(pool, AsyncConnectionPool):
             raise TypeError("connect opens an asynchronous pool on asyncio")
         raw = Raw(pool, schema)
+        guarded = RawGuarded(pool, schema, prepared=not pooled)
         # Every connection of the pool opened before timing; through the
         # pooler the server processes are the pooler's, not counted.
         pids = await server_pids(pool)
@@ -254,38 +280,65 @@ async def compare(dsn: str, schema: str, count: int, rounds: int, *, pooled: boo
         for operation in OPERATIONS:
             for target in (store, raw):
                 await timed(workload(operation, target, schema, 100, 200), None, Side())
+        await timed(workload("erase", guarded, schema, 100, 200), None, Side())
         for users in END_USERS:
             for operation in OPERATIONS:
-                sides = {"adapter": Side(), "raw": Side()}
-                ratios = []
+                order: list[tuple[str, PostgresMemory | Raw]] = [("adapter", store), ("raw", raw)]
+                if operation == "erase":
+                    order.append(("guarded", guarded))
+                sides = {name: Side() for name, _ in order}
                 for n in range(rounds):
-                    order: list[tuple[str, PostgresMemory | Raw]] = [
-                        ("adapter", store),
-                        ("raw", raw),
-                    ]
-                    for name, target in order if n % 2 == 0 else order[::-1]:
+                    # Each side first in turn.
+                    for name, target in order[n % len(order) :] + order[: n % len(order)]:
                         calls = workload(operation, target, schema, users, count)
                         await timed(calls, clock, sides[name])
-                    ratios.append(sides["adapter"].walls[-1] / sides["raw"].walls[-1])
-                lines.append(row(users, operation, count, sides, ratios))
+                lines.append(row(users, operation, count, sides))
                 print(lines[-1], flush=True)
-    return lines
+                if operation == "erase":
+                    erase_lines.append(erase_row(users, count, sides))
+    return lines, erase_lines
 
 
-def row(users: int, operation: str, count: int, sides: dict[str, Side], ratios: list[float]) -> str:
+def micro(values: list[float]) -> str:
+    return f"{statistics.median(values):,.0f}" if values else "-"
+
+
+def ratio(sides: dict[str, Side], over: str, under: str) -> float:
+    """The median of the rounds' ratios of one side's time to another's."""
+    return statistics.median(
+        a / b for a, b in zip(sides[over].walls, sides[under].walls, strict=True)
+    )
+
+
+def row(users: int, operation: str, count: int, sides: dict[str, Side]) -> str:
     adapter, raw = sides["adapter"], sides["raw"]
-
-    def micro(values: list[float]) -> str:
-        return f"{statistics.median(values):,.0f}" if values else "-"
-
-    ratio = statistics.median(ratios)
     return (
         f"| {users:,} | {operation} | {statistics.median(adapter.walls) / count * 1e6:,.0f}"
-        f" | {statistics.median(raw.walls) / count * 1e6:,.0f} | **{ratio:.2f}**"
+        f" | {statistics.median(raw.walls) / count * 1e6:,.0f}"
+        f" | **{ratio(sides, 'adapter', 'raw'):.2f}**"
         f" | {micro(adapter.client)} | {micro(raw.client)}"
         f" | {micro(adapter.server)} | {micro(raw.server)} |"
     )
 
+
+def erase_row(users: int, count: int, sides: dict[str, Side]) -> str:
+    guarded = sides["guarded"]
+    return (
+        f"| {users:,} | {statistics.median(guarded.walls) / count * 1e6:,.0f}"
+        f" | {ratio(sides, 'guarded', 'raw'):.2f} | {ratio(sides, 'adapter', 'guarded'):.2f}"
+        f" | {micro(guarded.client)} | {micro(guarded.server)} |"
+    )
+
+
+ERASE_HEADER = (
+    "`erase` split in two: raw psycopg sending the adapter's own statement"
+    " (the guarded `DELETE`, or through the pooler the call of `erase_few`)"
+    " beside the plain `DELETE` (what the statement's guard and `remote_apply`"
+    " cost), and the adapter beside that (what its Python costs); same rounds\n\n"
+    "| end users | raw, adapter's statement µs/call | its ratio to the plain `DELETE`"
+    " | adapter's ratio to it | client CPU µs | server CPU µs |\n"
+    "|---:|---:|---:|---:|---:|---:|"
+)
 
 HEADER = (
     "| end users | operation | adapter µs/call | raw µs/call | ratio"
@@ -401,7 +454,8 @@ def main() -> None:
     )
     try:
         print("### Straight to the server\n\n" + HEADER, flush=True)
-        asyncio.run(compare(DSN, schema, count, rounds, pooled=False))
+        _, erase_lines = asyncio.run(compare(DSN, schema, count, rounds, pooled=False))
+        print("\n" + ERASE_HEADER + "\n" + "\n".join(erase_lines), flush=True)
         binary = None if args.no_pooler else pgbouncer_binary()
         if binary is not None:
             with pgbouncer(binary, DSN) as pooled:
@@ -410,7 +464,8 @@ def main() -> None:
                     + HEADER,
                     flush=True,
                 )
-                asyncio.run(compare(pooled, schema, count, rounds, pooled=True))
+                _, erase_lines = asyncio.run(compare(pooled, schema, count, rounds, pooled=True))
+                print("\n" + ERASE_HEADER + "\n" + "\n".join(erase_lines), flush=True)
         print(f"\nload average {os.getloadavg()[0]:.1f} at the end")
     finally:
         admin(DSN, sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
