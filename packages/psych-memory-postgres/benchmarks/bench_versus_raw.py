@@ -256,11 +256,8 @@ async def timed(calls: list[Call], clock: ServerClock | None, side: Side) -> Non
         side.server.append((after - server) / len(calls) * 1e6)
 
 
-async def compare(
-    dsn: str, schema: str, count: int, rounds: int, *, pooled: bool
-) -> tuple[list[str], list[str]]:
-    """Rows of the table for one way of reaching the server, and of the erase table."""
-    lines = []
+async def compare(dsn: str, schema: str, count: int, rounds: int, *, pooled: bool) -> None:
+    """Print the table for one way of reaching the server, row by row, then the erase table."""
     erase_lines = []
     threshold = None if pooled else 5
     async with PostgresMemory.connect(dsn, schema=schema, prepare_threshold=threshold) as store:
@@ -292,11 +289,10 @@ async def compare(
                     for name, target in order[n % len(order) :] + order[: n % len(order)]:
                         calls = workload(operation, target, schema, users, count)
                         await timed(calls, clock, sides[name])
-                lines.append(row(users, operation, count, sides))
-                print(lines[-1], flush=True)
+                print(row(users, operation, count, sides), flush=True)
                 if operation == "erase":
                     erase_lines.append(erase_row(users, count, sides))
-    return lines, erase_lines
+    print("\n" + ERASE_HEADER + "\n" + "\n".join(erase_lines), flush=True)
 
 
 def micro(values: list[float]) -> str:
@@ -454,8 +450,7 @@ def main() -> None:
     )
     try:
         print("### Straight to the server\n\n" + HEADER, flush=True)
-        _, erase_lines = asyncio.run(compare(DSN, schema, count, rounds, pooled=False))
-        print("\n" + ERASE_HEADER + "\n" + "\n".join(erase_lines), flush=True)
+        asyncio.run(compare(DSN, schema, count, rounds, pooled=False))
         binary = None if args.no_pooler else pgbouncer_binary()
         if binary is not None:
             with pgbouncer(binary, DSN) as pooled:
@@ -464,8 +459,7 @@ def main() -> None:
                     + HEADER,
                     flush=True,
                 )
-                _, erase_lines = asyncio.run(compare(pooled, schema, count, rounds, pooled=True))
-                print("\n" + ERASE_HEADER + "\n" + "\n".join(erase_lines), flush=True)
+                asyncio.run(compare(pooled, schema, count, rounds, pooled=True))
         print(f"\nload average {os.getloadavg()[0]:.1f} at the end")
     finally:
         admin(DSN, sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
