@@ -29,6 +29,7 @@ def test_all_is_exactly_the_public_api() -> None:
         "LedgerError",
         "LedgerKey",
         "LedgerKeyMismatchError",
+        "LedgerNotFoundError",
         "LedgerUnavailableError",
         "MIN_KEY_LENGTH",
         "Pruned",

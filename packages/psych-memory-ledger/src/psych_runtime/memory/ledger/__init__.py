@@ -9,7 +9,12 @@ needs any more. The ledger holds no fact content and no end-user id: end
 users are recorded as keyed hashes made with the operator's `LedgerKey`.
 """
 
-from ._errors import LedgerError, LedgerKeyMismatchError, LedgerUnavailableError
+from ._errors import (
+    LedgerError,
+    LedgerKeyMismatchError,
+    LedgerNotFoundError,
+    LedgerUnavailableError,
+)
 from ._key import KEY_VARIABLE, MIN_KEY_LENGTH, LedgerKey, ledger_key
 from ._ledger import DeletionLedger, LedgerEntry, Pruned, open_ledger
 from ._store import Reapplied, reapply, with_ledger
@@ -23,6 +28,7 @@ __all__ = [
     "LedgerError",
     "LedgerKey",
     "LedgerKeyMismatchError",
+    "LedgerNotFoundError",
     "LedgerUnavailableError",
     "Pruned",
     "Reapplied",

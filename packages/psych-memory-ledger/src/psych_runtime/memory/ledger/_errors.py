@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from psych_runtime.memory.port import MemoryStoreError, StoreUnavailableError
 
-__all__ = ["LedgerError", "LedgerKeyMismatchError", "LedgerUnavailableError"]
+__all__ = [
+    "LedgerError",
+    "LedgerKeyMismatchError",
+    "LedgerNotFoundError",
+    "LedgerUnavailableError",
+]
 
 
 class LedgerError(MemoryStoreError):
@@ -17,6 +22,15 @@ class LedgerKeyMismatchError(LedgerError):
     Every end user in the ledger is recorded as a keyed hash: with another
     key no recorded end user would ever match, and a re-application would
     wrongly report that nothing was left to delete.
+    """
+
+
+class LedgerNotFoundError(LedgerError):
+    """No ledger exists where the URL points, and the caller asked not to create one.
+
+    Raised by `open_ledger` with ``create=False`` (what every reading
+    command uses): a mistyped URL must never be read as an empty ledger,
+    which would report "nothing to re-apply" for a restore that needs it.
     """
 
 

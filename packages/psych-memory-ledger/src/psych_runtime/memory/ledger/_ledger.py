@@ -3,43 +3,23 @@
 from __future__ import annotations
 
 import os
-import sqlite3
 import threading
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final, Literal, Self
+from typing import Literal, Self
 from urllib.parse import parse_qs, unquote, urlencode, urlsplit, urlunsplit
 
 from psych_runtime.memory.port import InvalidInputError
 
+from ._connection import FORMAT, Connection
 from ._errors import LedgerError, LedgerKeyMismatchError, LedgerUnavailableError
 from ._key import LedgerKey
+from ._postgres import PostgresConnection, database_of
+from ._sqlite import SqliteConnection
 
 __all__ = ["DeletionLedger", "LedgerEntry", "Pruned", "open_ledger"]
-
-FORMAT: Final = 1
-
-_SCHEMA: Final = (
-    """
-CREATE TABLE IF NOT EXISTS psych_ledger_meta (
-    name TEXT PRIMARY KEY,
-    value TEXT NOT NULL
-)""",
-    """
-CREATE TABLE IF NOT EXISTS psych_ledger_deletion (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    kind TEXT NOT NULL,
-    tenant TEXT NOT NULL,
-    end_user_hash TEXT,
-    fact_id BLOB,
-    cutoff TEXT,
-    recorded_at TEXT NOT NULL,
-    done_at TEXT,
-    deleted INTEGER
-)""",
-)
 
 Kind = Literal["erase", "forget", "expire"]
 
@@ -131,7 +111,9 @@ def _location(url: str) -> Path | tuple[str, str]:
     return Path(path)
 
 
-def open_ledger(url: str, key: LedgerKey, *, busy_timeout: float = 5.0) -> DeletionLedger:
+def open_ledger(
+    url: str, key: LedgerKey, *, busy_timeout: float = 5.0, create: bool = True
+) -> DeletionLedger:
     """Open the ledger at ``url``, creating it (and recording ``key``'s check value) if new.
 
     Args:
@@ -142,12 +124,17 @@ def open_ledger(url: str, key: LedgerKey, *, busy_timeout: float = 5.0) -> Delet
             it was created with and refuses any other.
         busy_timeout: Seconds a write waits for another writer (SQLite) or
             for the connection (PostgreSQL) before it fails.
+        create: Whether a ledger that does not exist yet is created. Pass
+            ``False`` to read or prune an existing ledger: a mistyped URL
+            then fails instead of answering from a new, empty ledger.
 
     Raises:
         TypeError: An argument has the wrong type.
         InvalidInputError: ``url`` is not a SQLite URL naming a file or a
             PostgreSQL URL naming a schema, or ``busy_timeout`` is negative.
         LedgerKeyMismatchError: The ledger was created with another key.
+        LedgerNotFoundError: ``create`` is false and no ledger exists at
+            ``url`` (nothing was created).
         LedgerError: The ledger cannot be opened or is not a ledger.
     """
     location = _location(url)
@@ -157,13 +144,15 @@ def open_ledger(url: str, key: LedgerKey, *, busy_timeout: float = 5.0) -> Delet
         raise TypeError(f"busy_timeout must be a number, not {type(busy_timeout).__qualname__}")
     if not busy_timeout >= 0:
         raise InvalidInputError("busy_timeout", "must be zero or more seconds")
-    conn: _Connection = (
-        _SqliteConnection.open(location, busy_timeout)
+    if not isinstance(create, bool):
+        raise TypeError(f"create must be a bool, not {type(create).__qualname__}")
+    conn: Connection = (
+        SqliteConnection.open(location, busy_timeout, create=create)
         if isinstance(location, Path)
-        else _PostgresConnection.open(*location, busy_timeout)
+        else PostgresConnection.open(*location, busy_timeout)
     )
     try:
-        found = conn.prepare(key)
+        found = conn.prepare(key, create=create)
     except BaseException:
         conn.close()
         raise
@@ -174,258 +163,6 @@ def open_ledger(url: str, key: LedgerKey, *, busy_timeout: float = 5.0) -> Delet
         conn.close()
         raise LedgerKeyMismatchError("the key is not the one this ledger was created with")
     return DeletionLedger(conn, location, key)
-
-
-class _Connection:
-    """One connection to the ledger's database, used by one thread at a time."""
-
-    errors: tuple[type[Exception], ...]
-
-    def insert(self, parameters: tuple[object, ...]) -> int:
-        raise NotImplementedError
-
-    def run(self, statement: str, parameters: tuple[object, ...]) -> None:
-        raise NotImplementedError
-
-    def rows(self) -> list[tuple[Any, ...]]:
-        raise NotImplementedError
-
-    def prune(self, before: str) -> tuple[int, int]:
-        """Delete the entries done before ``before``, in one transaction: (removed, kept)."""
-        raise NotImplementedError
-
-    def prepare(self, key: LedgerKey) -> dict[str, str]:
-        raise NotImplementedError
-
-    def close(self) -> None:
-        raise NotImplementedError
-
-
-_INSERT: Final = (
-    "INSERT INTO psych_ledger_deletion"
-    " (kind, tenant, end_user_hash, fact_id, cutoff, recorded_at) VALUES (?, ?, ?, ?, ?, ?)"
-)
-_ROWS: Final = (
-    "SELECT seq, kind, tenant, end_user_hash, fact_id, recorded_at, deleted, cutoff, done_at"
-    " FROM psych_ledger_deletion ORDER BY seq"
-)
-# Every instant is written by `_text`, one fixed width in UTC, so that text
-# order is time order; PostgreSQL compares it byte by byte whatever the
-# database's collation.
-_PRUNE: Final = (
-    "DELETE FROM psych_ledger_deletion WHERE done_at IS NOT NULL AND done_at {collate}< ?"
-)
-_COUNT: Final = "SELECT count(*) FROM psych_ledger_deletion"
-
-
-class _SqliteConnection(_Connection):
-    errors = (sqlite3.Error,)
-
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self._conn = conn
-
-    @classmethod
-    def open(cls, path: Path, busy_timeout: float) -> _SqliteConnection:
-        try:
-            conn = sqlite3.connect(
-                os.fspath(path),
-                timeout=busy_timeout,
-                isolation_level=None,
-                check_same_thread=False,
-            )
-        except sqlite3.Error as exc:
-            raise LedgerError(f"the ledger file cannot be opened ({type(exc).__name__})") from exc
-        return cls(conn)
-
-    def insert(self, parameters: tuple[object, ...]) -> int:
-        return self._conn.execute(_INSERT, parameters).lastrowid or 0
-
-    def run(self, statement: str, parameters: tuple[object, ...]) -> None:
-        self._conn.execute(statement, parameters)
-
-    def rows(self) -> list[tuple[Any, ...]]:
-        return self._conn.execute(_ROWS).fetchall()
-
-    def prune(self, before: str) -> tuple[int, int]:
-        conn = self._conn
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            removed = conn.execute(_PRUNE.format(collate=""), (before,)).rowcount
-            (kept,) = conn.execute(_COUNT).fetchone()
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        return removed, int(kept)
-
-    def prepare(self, key: LedgerKey) -> dict[str, str]:
-        conn = self._conn
-        try:
-            # Every commit reaches the disk before the call returns: an intent
-            # recorded is an intent kept, whatever happens to the process next.
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=FULL")
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                for statement in _SCHEMA:
-                    conn.execute(statement)
-                found = _meta(conn.execute("SELECT name, value FROM psych_ledger_meta"))
-                if found is None:
-                    conn.executemany(
-                        "INSERT INTO psych_ledger_meta (name, value) VALUES (?, ?)",
-                        _first_meta(key),
-                    )
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-        except sqlite3.Error as exc:
-            raise LedgerError(f"the file is not a usable ledger ({type(exc).__name__})") from exc
-        return found or {}
-
-    def close(self) -> None:
-        self._conn.close()
-
-
-class _PostgresConnection(_Connection):
-    def __init__(self, conn: Any, schema: str, conninfo: str) -> None:
-        import psycopg  # noqa: PLC0415
-
-        self.errors = (psycopg.Error,)
-        self._conn = conn
-        self.schema = schema
-        self.conninfo = conninfo
-
-    @classmethod
-    def open(cls, conninfo: str, schema: str, busy_timeout: float) -> _PostgresConnection:
-        try:
-            import psycopg  # noqa: PLC0415
-        except ImportError:
-            raise LedgerError(
-                "a PostgreSQL ledger needs psycopg (pip install 'psych-memory-ledger[postgres]')"
-            ) from None
-        try:
-            conn = psycopg.connect(
-                conninfo, autocommit=True, connect_timeout=max(1, int(busy_timeout))
-            )
-        except psycopg.Error as exc:
-            raise LedgerError(
-                f"the ledger database cannot be reached ({type(exc).__name__})"
-            ) from exc
-        return cls(conn, schema, conninfo)
-
-    def _sql(self, statement: str) -> Any:
-        from psycopg import sql  # noqa: PLC0415
-
-        return sql.SQL(statement.replace("?", "%s")).format(schema=sql.Identifier(self.schema))
-
-    def insert(self, parameters: tuple[object, ...]) -> int:
-        statement = _INSERT.replace("psych_ledger_", "{schema}.psych_ledger_")
-        row = self._conn.execute(self._sql(f"{statement} RETURNING seq"), parameters).fetchone()
-        return int(row[0])
-
-    def run(self, statement: str, parameters: tuple[object, ...]) -> None:
-        self._conn.execute(
-            self._sql(statement.replace("psych_ledger_", "{schema}.psych_ledger_")), parameters
-        )
-
-    def rows(self) -> list[tuple[Any, ...]]:
-        statement = _ROWS.replace("psych_ledger_", "{schema}.psych_ledger_")
-        return list(self._conn.execute(self._sql(statement)).fetchall())
-
-    def prune(self, before: str) -> tuple[int, int]:
-        prune = _PRUNE.replace("{collate}", 'COLLATE "C" ')
-        with self._conn.transaction():
-            removed = self._conn.execute(
-                self._sql(prune.replace("psych_ledger_", "{schema}.psych_ledger_")), (before,)
-            ).rowcount
-            row = self._conn.execute(
-                self._sql(_COUNT.replace("psych_ledger_", "{schema}.psych_ledger_"))
-            ).fetchone()
-        return int(removed), int(row[0])
-
-    def prepare(self, key: LedgerKey) -> dict[str, str]:
-        import psycopg  # noqa: PLC0415
-
-        conn = self._conn
-        try:
-            # A commit returns once it is on the server's disk, whatever the
-            # server's default: the intent is never a write still in flight.
-            conn.execute("SET synchronous_commit = on")
-            with conn.transaction():
-                conn.execute(
-                    "SELECT pg_advisory_xact_lock(hashtext('psych_ledger:' || %s))",
-                    (self.schema,),
-                )
-                conn.execute(self._sql("CREATE SCHEMA IF NOT EXISTS {schema}"))
-                for statement in _POSTGRES_SCHEMA:
-                    conn.execute(self._sql(statement))
-                found = _meta(
-                    conn.execute(self._sql("SELECT name, value FROM {schema}.psych_ledger_meta"))
-                )
-                if found is None:
-                    for row in _first_meta(key):
-                        conn.execute(
-                            self._sql(
-                                "INSERT INTO {schema}.psych_ledger_meta (name, value) VALUES (?, ?)"
-                            ),
-                            row,
-                        )
-        except psycopg.Error as exc:
-            raise LedgerError(f"the schema is not a usable ledger ({type(exc).__name__})") from exc
-        return found or {}
-
-    def close(self) -> None:
-        self._conn.close()
-
-
-_POSTGRES_SCHEMA: Final = (
-    """
-CREATE TABLE IF NOT EXISTS {schema}.psych_ledger_meta (
-    name TEXT PRIMARY KEY,
-    value TEXT NOT NULL
-)""",
-    """
-CREATE TABLE IF NOT EXISTS {schema}.psych_ledger_deletion (
-    seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    kind TEXT NOT NULL,
-    tenant TEXT NOT NULL,
-    end_user_hash TEXT,
-    fact_id BYTEA,
-    cutoff TEXT,
-    recorded_at TEXT NOT NULL,
-    done_at TEXT,
-    deleted BIGINT
-)""",
-)
-
-
-def _meta(cursor: Any) -> dict[str, str] | None:
-    found = {str(name): str(value) for name, value in cursor.fetchall()}
-    return found or None
-
-
-def _first_meta(key: LedgerKey) -> list[tuple[str, str]]:
-    return [("format", str(FORMAT)), ("key_check", key.check_value())]
-
-
-_LOCAL_HOSTS: Final = frozenset({"", "localhost", "127.0.0.1", "::1"})
-
-
-def _database_of(conninfo: str) -> tuple[str, str, str] | None:
-    # Compared as the connection strings name them: host (every local name
-    # alike), port and database, with libpq's defaults.
-    from psycopg.conninfo import conninfo_to_dict  # noqa: PLC0415
-
-    try:
-        found = conninfo_to_dict(conninfo)
-    except Exception:  # noqa: BLE001 - a string libpq refuses names no database
-        return None
-    host = str(found.get("host") or os.environ.get("PGHOST", ""))
-    port = str(found.get("port") or os.environ.get("PGPORT", "5432"))
-    user = str(found.get("user") or os.environ.get("PGUSER", ""))
-    dbname = str(found.get("dbname") or os.environ.get("PGDATABASE", user))
-    return ("local" if host.startswith("/") or host in _LOCAL_HOSTS else host, port, dbname)
 
 
 def _id_bytes(fact_id: str | None) -> bytes | None:
@@ -460,7 +197,7 @@ class DeletionLedger:
 
     __slots__ = ("_closed", "_conn", "_key", "_location", "_lock")
 
-    def __init__(self, conn: _Connection, location: Path | tuple[str, str], key: LedgerKey) -> None:
+    def __init__(self, conn: Connection, location: Path | tuple[str, str], key: LedgerKey) -> None:
         self._conn = conn
         self._location = location
         self._key = key
@@ -583,7 +320,7 @@ class DeletionLedger:
         """Whether this ledger is in the PostgreSQL database and schema named."""
         if isinstance(self._location, Path) or schema != self._location[1]:
             return False
-        return _database_of(conninfo) == _database_of(self._location[0])
+        return database_of(conninfo) == database_of(self._location[0])
 
     # The three writes of a deletion, each its own committed transaction.
 
