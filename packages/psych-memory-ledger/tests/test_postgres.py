@@ -19,7 +19,7 @@ from psych_runtime.memory.ledger import (
     reapply,
     with_ledger,
 )
-from psych_runtime.memory.port import ExpiresFacts, InvalidInputError
+from psych_runtime.memory.port import ExpiresFacts, InvalidInputError, Memory, MemoryKey
 from psych_runtime.memory.postgres import PostgresMemory
 
 pytestmark = pytest.mark.anyio
@@ -53,7 +53,10 @@ async def test_deletions_are_recorded_in_the_schema_and_reapplied(
             0,
         )
         async with InProcessMemory() as restored:
-            await restored.remember("acme", "u2", "back from a backup")
+            # Stored before the erasure, as a copy taken before it holds it.
+            await restored.restore(
+                Memory("from-a-backup", MemoryKey("acme", "u2"), "back", erase.recorded_at)
+            )
             done = await reapply(restored, again)
             assert (done.entries, done.facts_deleted) == (2, 1)
     with pytest.raises(LedgerKeyMismatchError):

@@ -78,16 +78,22 @@ async def test_a_restored_copy_loses_again_what_was_deleted_after_it(
     assert aged.created_at < young.created_at
 
 
-async def test_without_since_every_recorded_deletion_is_made_again(
+async def test_without_since_an_erasure_is_made_again_and_keeps_what_came_after(
     ledger: DeletionLedger,
 ) -> None:
     async with InProcessMemory() as bare:
         store = with_ledger(bare, ledger)
-        await store.remember("acme", "u1", "x")
+        held = await store.remember("acme", "u1", "x")
         await store.erase("acme", "u1")
         later = await store.remember("acme", "u1", "after the erase")
-        assert await reapply(bare, ledger) == Reapplied(1, 1, 1)
-        assert later not in await bare.recall("acme", "u1")
+        assert await reapply(bare, ledger) == Reapplied(1, 0, 0)
+        assert await bare.recall("acme", "u1") == (later,)
+    # A copy that holds both (as a copy restored from several sources may).
+    async with InProcessMemory() as restored:
+        assert await restored.restore_many([held, later]) == 2
+        assert await reapply(restored, ledger, dry_run=True) == Reapplied(1, 1, 1, dry_run=True)
+        assert await reapply(restored, ledger) == Reapplied(1, 1, 1)
+        assert await restored.recall("acme", "u1") == (later,)
 
 
 class _Unlisted(MemoryStore):

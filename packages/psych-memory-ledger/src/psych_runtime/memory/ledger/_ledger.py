@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import os
 import threading
+from contextlib import suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Literal, Self
+from typing import Final, Literal, Self
 from urllib.parse import parse_qs, unquote, urlencode, urlsplit, urlunsplit
 
 from psych_runtime.memory.port import InvalidInputError
@@ -165,6 +166,9 @@ def open_ledger(
     return DeletionLedger(conn, location, key)
 
 
+_OUTCOME: Final = "UPDATE psych_ledger_deletion SET done_at = ?, deleted = ? WHERE seq = ?"
+
+
 def _id_bytes(fact_id: str | None) -> bytes | None:
     # Stored as bytes: any str is a fact id the port accepts, lone
     # surrogates included, and the id must come back exactly.
@@ -195,7 +199,7 @@ class DeletionLedger:
     business, after every store attached to it is done with it.
     """
 
-    __slots__ = ("_closed", "_conn", "_key", "_location", "_lock")
+    __slots__ = ("_closed", "_conn", "_key", "_location", "_lock", "_unwritten")
 
     def __init__(self, conn: Connection, location: Path | tuple[str, str], key: LedgerKey) -> None:
         self._conn = conn
@@ -203,6 +207,10 @@ class DeletionLedger:
         self._key = key
         self._lock = threading.Lock()
         self._closed = False
+        # Outcomes of deletions the store made whose write failed (the
+        # ledger locked or cut off at that moment): (seq, done_at, deleted),
+        # written before anything else this ledger writes, and at close.
+        self._unwritten: list[tuple[int, str, int]] = []
 
     def __repr__(self) -> str:
         if isinstance(self._location, Path):
@@ -239,6 +247,8 @@ class DeletionLedger:
         """Close the file; a deletion through an attached store is then refused. Idempotent."""
         with self._lock:
             if not self._closed:
+                with suppress(*self._conn.errors):
+                    self._write_outcomes()
                 self._closed = True
                 self._conn.close()
 
@@ -309,6 +319,7 @@ class DeletionLedger:
             if self._closed:
                 raise LedgerError("the ledger is closed")
             try:
+                self._write_outcomes()
                 removed, kept = self._conn.prune(_text(before))
             except self._conn.errors as exc:
                 raise LedgerError(
@@ -324,6 +335,14 @@ class DeletionLedger:
 
     # The three writes of a deletion, each its own committed transaction.
 
+    def _write_outcomes(self) -> None:
+        # Called with the lock held. Each outcome is removed once written,
+        # so a failure part way keeps exactly those still to write.
+        while self._unwritten:
+            seq, done_at, deleted = self._unwritten[0]
+            self._conn.run(_OUTCOME, (done_at, deleted, seq))
+            del self._unwritten[0]
+
     def _write(self, operation: str, statement: str | None, parameters: tuple[object, ...]) -> int:
         # ``statement`` None: the insert of an intent, whose sequence number
         # each database returns in its own way.
@@ -333,6 +352,7 @@ class DeletionLedger:
                     operation, "the deletion ledger is closed", may_have_taken_effect=False
                 )
             try:
+                self._write_outcomes()
                 if statement is None:
                     return self._conn.insert(parameters)
                 self._conn.run(statement, parameters)
@@ -371,11 +391,17 @@ class DeletionLedger:
             # nothing tells nothing, and keeps an end user's hash for no use.
             self._drop(kind, seq)
             return
-        self._write(
-            kind,
-            "UPDATE psych_ledger_deletion SET done_at = ?, deleted = ? WHERE seq = ?",
-            (_now(), deleted, seq),
-        )
+        # The instant the store answered: its deletion committed before it.
+        done_at = _now()
+        try:
+            self._write(kind, _OUTCOME, (done_at, deleted, seq))
+        except LedgerUnavailableError:
+            with self._lock:
+                if not self._closed:
+                    # Kept, and written by the next write of this ledger or
+                    # at its close: an intent left pending is kept forever.
+                    self._unwritten.append((seq, done_at, deleted))
+            raise
 
     def _drop(self, kind: Kind, seq: int) -> None:
         self._write(kind, "DELETE FROM psych_ledger_deletion WHERE seq = ?", (seq,))

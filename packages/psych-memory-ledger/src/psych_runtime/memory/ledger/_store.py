@@ -94,7 +94,8 @@ def _same_file(first: Path, second: Path) -> bool:
 
 # Errors after which the store guarantees that it deleted nothing: the
 # intent recorded before is withdrawn. Any other ending leaves it pending,
-# and a pending intent is re-applied like a done one.
+# and a pending intent is re-applied like a done one: bounded by the instant
+# it was recorded, it never deletes a fact stored after it.
 def _deleted_nothing(exc: BaseException) -> bool:
     if isinstance(exc, StoreUnavailableError):
         return not exc.may_have_taken_effect
@@ -332,10 +333,14 @@ async def reapply(
 ) -> Reapplied:
     """Re-apply every deletion recorded in ``ledger`` to ``store``, a restored copy.
 
-    Each recorded erase erases again the end user of the tenant whose keyed
-    hash matches, each recorded forget forgets the fact id again, each
-    recorded expiry expires the tenant again with the recorded cutoff, in
-    the order they were recorded; pending intents are re-applied as well.
+    Each recorded erase deletes again the facts that the end user of the
+    tenant whose keyed hash matches held at the erasure (those created at
+    or before the instant its intent was recorded, `LedgerEntry.recorded_at`),
+    never a fact created after it; each recorded forget forgets the fact id
+    again; each recorded expiry expires the tenant again with the recorded
+    cutoff; in the order they were recorded. Intents whose outcome was never
+    recorded are re-applied the same way: what they may have deleted is
+    bounded by the instant they were recorded, whatever became of them.
     Running it twice deletes nothing the second time; a run stopped midway
     is finished by running it again. ``store`` should be the bare store,
     not one with the ledger attached: a re-application is not a new
@@ -350,9 +355,9 @@ async def reapply(
             another key, so a wrong key is never taken for "nothing to do").
         since: When the restored copy was taken (timezone-aware): only the
             deletions a copy taken then may lack are re-applied (see
-            `DeletionLedger.entries`). ``None`` re-applies all, which also
-            deletes what an erased end user stored after an erase older
-            than the copy.
+            `DeletionLedger.entries`). ``None`` re-applies all, which
+            deletes nothing more than a later instant would: what an
+            erased end user stored after the erasure is kept either way.
         dry_run: Count what would be deleted again, deleting nothing.
 
     Raises:
@@ -392,7 +397,7 @@ async def reapply(
         if end_user_id is None:
             continue
         if entry.kind == "erase":
-            count = await replay.erase(entry.tenant, end_user_id)
+            count = await replay.erase(entry.tenant, end_user_id, entry.recorded_at)
             if count:
                 erased += 1
                 deleted += count
@@ -419,8 +424,23 @@ class _Deleting:
             self._users[tenant] = known
         return None if hashed is None else known.get(hashed)
 
-    async def erase(self, tenant: str, end_user_id: str) -> int:
-        return await cast("MemoryStore", self._store).erase(tenant, end_user_id)
+    async def erase(self, tenant: str, end_user_id: str, held_at: datetime) -> int:
+        """Delete the facts ``end_user_id`` held at an erasure recorded at ``held_at``."""
+        store = cast("MemoryStore", self._store)
+        facts = await store.recall(tenant, end_user_id)
+        held = [memory.id for memory in facts if memory.created_at <= held_at]
+        if not held:
+            return 0
+        if len(held) == len(facts):
+            # Nothing was stored after the erasure: one call, as the store
+            # erases. (The runbook keeps traffic off during a replay.)
+            return await store.erase(tenant, end_user_id)
+        # Facts stored after the erasure are in the copy too, and were never
+        # erased: only the older ones go, one by one.
+        deleted = 0
+        for fact_id in held:
+            deleted += await store.forget(tenant, end_user_id, fact_id)
+        return deleted
 
     async def forget(self, tenant: str, end_user_id: str, fact_id: str) -> int:
         return int(await cast("MemoryStore", self._store).forget(tenant, end_user_id, fact_id))
@@ -458,11 +478,10 @@ class _Counting(_Deleting):
         self._gone.setdefault(tenant, []).extend(created)
         return len(created)
 
-    async def erase(self, tenant: str, end_user_id: str) -> int:
+    async def erase(self, tenant: str, end_user_id: str, held_at: datetime) -> int:
         facts = await self._facts(tenant, end_user_id)
-        created = list(facts.values())
-        facts.clear()
-        return self._remove(tenant, created)
+        held = [fact_id for fact_id, created in facts.items() if created <= held_at]
+        return self._remove(tenant, [facts.pop(fact_id) for fact_id in held])
 
     async def forget(self, tenant: str, end_user_id: str, fact_id: str) -> int:
         facts = await self._facts(tenant, end_user_id)
