@@ -4,13 +4,41 @@ from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from ._connection import COUNT, INSERT, PRUNE, ROWS, SCHEMA, Connection, first_meta, meta
 from ._errors import LedgerError, LedgerNotFoundError
 from ._key import LedgerKey
 
 __all__ = ["SqliteConnection"]
+
+# SQLite's primary result codes (the low byte of an extended one).
+_BUSY: Final = 5
+_LOCKED: Final = 6
+_READONLY: Final = 8
+_FULL: Final = 13
+
+
+def _reason(error: sqlite3.Error, otherwise: str) -> str:
+    """What ``error`` says of the ledger file, or ``otherwise``; never the file's path.
+
+    A ledger that is locked, read-only or on a full disk is a good ledger
+    that cannot be used now: only a file that really is not one (or is
+    damaged) is reported as ``otherwise``, lest a good ledger be replaced.
+    """
+    code = getattr(error, "sqlite_errorcode", None)
+    name = getattr(error, "sqlite_errorname", None) or type(error).__name__
+    primary = code & 0xFF if isinstance(code, int) else None
+    if primary in {_BUSY, _LOCKED}:
+        return (
+            f"the ledger is locked by another process ({name}); try again once it is done,"
+            " and do not replace the ledger"
+        )
+    if primary == _READONLY:
+        return f"the ledger file is read-only ({name}); it needs write access"
+    if primary == _FULL:
+        return f"the disk is full ({name}); free space for the ledger"
+    return f"{otherwise} ({name})"
 
 
 class SqliteConnection(Connection):
@@ -38,7 +66,7 @@ class SqliteConnection(Connection):
                 raise LedgerNotFoundError(
                     f"no ledger file can be opened there ({type(exc).__name__})"
                 ) from exc
-            raise LedgerError(f"the ledger file cannot be opened ({type(exc).__name__})") from exc
+            raise LedgerError(_reason(exc, "the ledger file cannot be opened")) from exc
         return cls(conn)
 
     def insert(self, parameters: tuple[object, ...]) -> int:
@@ -52,14 +80,21 @@ class SqliteConnection(Connection):
 
     def prune(self, before: str) -> tuple[int, int]:
         conn = self._conn
-        conn.execute("BEGIN IMMEDIATE")
         try:
-            removed = conn.execute(PRUNE.format(collate=""), (before,)).rowcount
-            (kept,) = conn.execute(COUNT).fetchone()
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                removed = conn.execute(PRUNE.format(collate=""), (before,)).rowcount
+                (kept,) = conn.execute(COUNT).fetchone()
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:  # SQLite rolls back itself on a full disk
+                    conn.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            # Said as it is (locked, read-only, full) rather than by type only.
+            raise LedgerError(
+                f"{_reason(exc, 'the ledger cannot be written')}; nothing was pruned"
+            ) from exc
         return removed, int(kept)
 
     def prepare(self, key: LedgerKey, *, create: bool) -> dict[str, str]:
@@ -83,10 +118,11 @@ class SqliteConnection(Connection):
                     )
                 conn.execute("COMMIT")
             except BaseException:
-                conn.execute("ROLLBACK")
+                if conn.in_transaction:  # SQLite rolls back itself on a full disk
+                    conn.execute("ROLLBACK")
                 raise
         except sqlite3.Error as exc:
-            raise LedgerError(f"the file is not a usable ledger ({type(exc).__name__})") from exc
+            raise LedgerError(_reason(exc, "the file is not a usable ledger")) from exc
         return found or {}
 
     def _existing(self) -> dict[str, str]:
@@ -101,9 +137,7 @@ class SqliteConnection(Connection):
                 else None
             )
         except sqlite3.Error as exc:
-            raise LedgerError(
-                f"the file cannot be read as a ledger ({type(exc).__name__})"
-            ) from exc
+            raise LedgerError(_reason(exc, "the file is not a usable ledger")) from exc
         if found is None:
             raise LedgerNotFoundError("the file holds no ledger")
         return found
