@@ -10,14 +10,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Final, Literal, Self
-from urllib.parse import parse_qs, unquote, urlencode, urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit
 
 from psych_runtime.memory.port import InvalidInputError
 
 from ._connection import FORMAT, Connection
 from ._errors import LedgerError, LedgerKeyMismatchError, LedgerUnavailableError
 from ._key import LedgerKey
-from ._postgres import PostgresConnection, database_of
+from ._postgres import PostgresConnection, database_of, postgres_location
 from ._sqlite import SqliteConnection
 
 __all__ = ["DeletionLedger", "LedgerEntry", "Pruned", "open_ledger"]
@@ -94,12 +94,10 @@ def _location(url: str) -> Path | tuple[str, str]:
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
     if scheme in {"postgresql", "postgres"}:
-        query = parse_qs(parts.query, keep_blank_values=True)
-        schemas = query.pop("schema", [])
-        if len(schemas) != 1 or not schemas[0]:
-            raise InvalidInputError("ledger", "must name its schema once: ?schema=NAME")
-        rest = urlencode({name: values[-1] for name, values in query.items()})
-        return urlunsplit((parts.scheme, parts.netloc, parts.path, rest, "")), schemas[0]
+        if parts.fragment:
+            raise InvalidInputError("ledger", "must not have a fragment ('#...')")
+        # schema, prepare_threshold and libpq's parameters; any other refused.
+        return postgres_location(url, parts.query)
     if scheme != "sqlite":
         raise InvalidInputError("ledger", "must be a sqlite:/// or postgresql:// URL")
     if parts.netloc or parts.query or parts.fragment or not parts.path.startswith("/"):

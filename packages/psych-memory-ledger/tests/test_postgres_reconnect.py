@@ -1,0 +1,83 @@
+"""A PostgreSQL ledger whose connection is cut connects again, and records every deletion.
+
+The server ends the ledger's session (``pg_terminate_backend``, as an
+administrator, a restart or a failover does); the next write finds the
+connection lost, opens another and is made on it. The server comes from
+the root conftest (``postgres_dsn``): skipped without one, except under
+``CI=true``.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from uuid import uuid4
+
+import anyio.to_thread
+import psycopg
+import pytest
+
+from psych_runtime.memory.inproc import InProcessMemory
+from psych_runtime.memory.ledger import LedgerKey, open_ledger, with_ledger
+
+pytestmark = pytest.mark.anyio
+
+
+def _terminate(dsn: str, application_name: str) -> int:
+    """End every session of that application, and return once they are gone (how many)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid, 10000))"
+            " FROM pg_stat_activity WHERE application_name = %s",
+            (application_name,),
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+async def test_every_deletion_after_the_connection_is_cut_is_recorded(
+    postgres_dsn: str, postgres_schema: str, key: LedgerKey
+) -> None:
+    name = f"psych-ledger-{uuid4().hex}"
+    url = f"{postgres_dsn}?schema={postgres_schema}&application_name={name}"
+    with open_ledger(url, key) as ledger:
+        async with InProcessMemory() as bare:
+            store = with_ledger(bare, ledger)
+            for n in range(3):
+                kept = await store.remember("acme", f"u{n}", "kept")
+                gone = await store.remember("acme", f"u{n}", "gone")
+                # Cut before each of the three writes' kinds: an intent, an
+                # outcome, a withdrawal (a forget that deleted nothing).
+                assert await anyio.to_thread.run_sync(_terminate, postgres_dsn, name) == 1
+                assert await store.forget("acme", f"u{n}", gone.id) is True
+                assert await anyio.to_thread.run_sync(_terminate, postgres_dsn, name) == 1
+                assert await store.forget("acme", f"u{n}", "no-such-fact") is False
+                assert await anyio.to_thread.run_sync(_terminate, postgres_dsn, name) == 1
+                assert await store.erase("acme", f"u{n}") == 1
+                assert await bare.recall("acme", f"u{n}") == ()
+                assert kept.id != gone.id
+        assert await anyio.to_thread.run_sync(_terminate, postgres_dsn, name) == 1
+        entries = ledger.entries()
+    assert [(e.kind, e.deleted) for e in entries] == [("forget", 1), ("erase", 1)] * 3
+    assert all(e.done_at is not None for e in entries)
+    assert [e.end_user_hash for e in entries] == [
+        key.end_user_hash("acme", f"u{n}") for n in range(3) for _ in range(2)
+    ]
+
+
+async def test_a_prune_and_a_new_opening_after_a_cut_work(
+    postgres_dsn: str, postgres_schema: str, key: LedgerKey
+) -> None:
+    name = f"psych-ledger-{uuid4().hex}"
+    url = f"{postgres_dsn}?schema={postgres_schema}&application_name={name}"
+    with open_ledger(url, key) as ledger:
+        async with InProcessMemory() as bare:
+            store = with_ledger(bare, ledger)
+            await store.remember("acme", "u1", "x")
+            assert await store.erase("acme", "u1") == 1
+        assert await anyio.to_thread.run_sync(_terminate, postgres_dsn, name) == 1
+        pruned = ledger.prune(datetime.now(UTC))
+        assert (pruned.entries_pruned, pruned.entries_kept) == (1, 0)
+        assert await anyio.to_thread.run_sync(_terminate, postgres_dsn, name) == 1
+        assert ledger.entries() == ()
+    with open_ledger(url, key, create=False) as again:
+        assert again.entries() == ()
