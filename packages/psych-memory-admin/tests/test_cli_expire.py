@@ -175,9 +175,9 @@ _FUTURE = (datetime.now(UTC) + DAY).isoformat()
         (["--tenant", "acme", "--before", _FUTURE], "--before: must not be in the future"),
         (
             ["--tenant", "acme", "--before", "2001-01-01T00:00:00"],
-            "--before: must be timezone-aware",
+            "--before: must be an instant in ISO 8601 with its offset",
         ),
-        (["--tenant", "acme", "--before", "last year"], "--before: must be an ISO 8601 instant"),
+        (["--tenant", "acme", "--before", "last year"], "--before: must be an instant in ISO 8601"),
         (
             ["--tenant", "acme", "--older-than", "999999999d"],
             "--older-than: reaches back before the year 1",

@@ -53,7 +53,8 @@ def _restored_after_erasing(taken_before: bool) -> datetime:
             async with open_memory("sqlite:///live.sqlite3") as bare:
                 assert await with_ledger(bare, ledger).erase("acme", "u1") == 1
         shutil.copyfile("copy.sqlite3", "live.sqlite3")
-        return taken if taken_before else datetime.now(UTC) + timedelta(seconds=1)
+        # After the erasure was done, and not in the future (a usage error).
+        return taken if taken_before else datetime.now(UTC)
 
     return anyio.run(run)
 
@@ -238,11 +239,13 @@ def test_expire_with_a_ledger_is_recorded_and_replayed_with_its_cutoff(
     monkeypatch.setenv("PSYCH_MEMORY_LEDGER", "sqlite:///ledger.sqlite3")
     expire = ["expire", "sqlite:///live.sqlite3", "--tenant", "acme"]
     expire += ["--before", cutoff.isoformat()]
-    assert main([*expire, "--dry-run"]) == ExitCode.DONE
-    capsys.readouterr()
-    with open_ledger("sqlite:///ledger.sqlite3", LedgerKey(KEY_TEXT.encode())) as ledger:
-        assert ledger.entries() == ()
+    # A dry run records nothing, so it creates no ledger either.
+    assert main([*expire, "--dry-run"]) == ExitCode.USAGE
+    assert "--ledger: names no existing ledger" in capsys.readouterr().err
+    assert not Path("ledger.sqlite3").exists()
     assert main(expire) == ExitCode.DONE
+    capsys.readouterr()
+    assert main([*expire, "--dry-run"]) == ExitCode.DONE
     capsys.readouterr()
     with open_ledger("sqlite:///ledger.sqlite3", LedgerKey(KEY_TEXT.encode())) as ledger:
         (entry,) = ledger.entries()

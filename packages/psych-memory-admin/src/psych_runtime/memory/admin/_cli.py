@@ -47,6 +47,7 @@ from ._exit import CommandError, ExitCode, exit_codes_help
 from ._format import ExportFormatError, ExportReader, Layout, export_head, export_tail, utc_text
 from ._interrupts import INTERRUPTS
 from ._ledger_open import (
+    EMPTY_LEDGER_RULE,
     LEDGER_KEY_VARIABLE,
     LEDGER_VARIABLE,
     ledger_for_command,
@@ -174,8 +175,18 @@ def _ledger(help_text: str, *, required: bool = False) -> Callable[[Any], Any]:
         envvar=LEDGER_VARIABLE,
         required=required,
         metavar="LEDGER_URL",
+        callback=_ledger_named,
         help=f"{help_text}; default: ${LEDGER_VARIABLE}.",
     )
+
+
+def _ledger_named(_context: click.Context, _parameter: click.Parameter, value: Any) -> Any:
+    # Click reads an empty variable as no variable at all: a ledger named
+    # empty, by the option or the variable, is refused before anything runs,
+    # never taken for "no ledger".
+    if value == "" or (value is None and os.environ.get(LEDGER_VARIABLE) == ""):
+        raise CommandError("--ledger", EMPTY_LEDGER_RULE, ExitCode.USAGE)
+    return value
 
 
 @cli.command(epilog=_URL_HELP)
@@ -419,10 +430,11 @@ def erase(  # noqa: PLR0913, PLR0917 - click passes each option by name
                         receipt = await erase_end_user(attach(bare), key, redact_url(url))
                 if not receipt.facts_deleted and not found:
                     raise _nothing_to_erase()
+        ledger = None if ledger_url is None else redact_url(ledger_url)
         click.echo(
-            json.dumps(_receipt_json(receipt), ensure_ascii=False, indent=2)
+            json.dumps(_receipt_json(receipt, ledger), ensure_ascii=False, indent=2)
             if as_json
-            else _receipt_text(receipt)
+            else _receipt_text(receipt, ledger)
         )
         return ExitCode.DONE if receipt.facts_deleted else ExitCode.NOT_FOUND
 
@@ -491,7 +503,7 @@ def _nothing_to_erase() -> CommandError:
     )
 
 
-def _receipt_json(receipt: ErasureReceipt) -> dict[str, object]:
+def _receipt_json(receipt: ErasureReceipt, ledger: str | None) -> dict[str, object]:
     return {
         "receipt": RECEIPT_NAME,
         "version": RECEIPT_VERSION,
@@ -503,10 +515,11 @@ def _receipt_json(receipt: ErasureReceipt) -> dict[str, object]:
         "scrub": receipt.scrub,
         "deletion_durability": receipt.deletion_durability,
         "outcome": receipt.outcome,
+        "ledger": ledger,
     }
 
 
-def _receipt_text(receipt: ErasureReceipt) -> str:
+def _receipt_text(receipt: ErasureReceipt, ledger: str | None) -> str:
     lines = [
         "Erasure receipt",
         f"tenant:         {receipt.key.tenant}",
@@ -514,6 +527,7 @@ def _receipt_text(receipt: ErasureReceipt) -> str:
         f"facts deleted:  {receipt.facts_deleted}",
         f"erased at:      {utc_text(receipt.erased_at)} (UTC)",
         f"store:          {receipt.store}",
+        _ledger_line(ledger, "the erasure"),
     ]
     if receipt.outcome == "already_erased":
         lines.append(
@@ -525,6 +539,16 @@ def _receipt_text(receipt: ErasureReceipt) -> str:
         lines.append(f"durability:     {_DURABILITY_TEXT.get(durability, durability)}")
     lines += _scrub_lines(receipt.scrub)
     return "\n".join(lines)
+
+
+def _ledger_line(ledger: str | None, deletion: str, *, dry_run: bool = False) -> str:
+    # Whether a deletion ledger recorded the deletion, and which (its URL
+    # without its password): none, and a restore brings the facts back.
+    if ledger is None:
+        return f"ledger:         none ({deletion} is recorded in no deletion ledger)"
+    if dry_run:
+        return f"ledger:         {ledger} (would record {deletion} first; nothing recorded)"
+    return f"ledger:         {ledger} (recorded {deletion} before the store deleted anything)"
 
 
 _AGE: Final = re.compile(r"([0-9]{1,9})([dh])")
@@ -552,14 +576,7 @@ def _cutoff(older_than: str | None, before: str | None, now: datetime) -> dateti
             ) from None
     else:
         argument = "--before"
-        try:
-            cutoff = datetime.fromisoformat(str(before))
-        except ValueError:
-            raise CommandError(
-                argument,
-                "must be an ISO 8601 instant with its time zone, such as 2025-01-31T00:00:00Z",
-                ExitCode.USAGE,
-            ) from None
+        cutoff = checked_instant(str(before), argument, now=now)
     try:
         return validate_cutoff(cutoff, now=now)
     except InvalidInputError as exc:
@@ -622,15 +639,19 @@ def expire(  # noqa: PLR0913, PLR0917 - one parameter per option, as click passe
                 None
                 if ledger_url is None
                 else ledger_open.enter_context(
-                    ledger_for_command(ledger_url, ledger_key_file, store_url=url)
+                    # A dry run records nothing, so it creates no ledger either.
+                    ledger_for_command(
+                        ledger_url, ledger_key_file, store_url=url, create=not dry_run
+                    )
                 )
             )
             async with open_for_command(url, "URL", must_exist=True) as bare:
                 receipt = await _expired(bare, attach)
+        ledger = None if ledger_url is None else redact_url(ledger_url)
         click.echo(
-            json.dumps(_expiry_json(receipt, older_than), ensure_ascii=False, indent=2)
+            json.dumps(_expiry_json(receipt, older_than, ledger), ensure_ascii=False, indent=2)
             if as_json
-            else _expiry_text(receipt, older_than)
+            else _expiry_text(receipt, older_than, ledger)
         )
         return ExitCode.DONE
 
@@ -654,7 +675,9 @@ def expire(  # noqa: PLR0913, PLR0917 - one parameter per option, as click passe
     return _run(body)
 
 
-def _expiry_json(receipt: ExpiryReceipt, older_than: str | None) -> dict[str, object]:
+def _expiry_json(
+    receipt: ExpiryReceipt, older_than: str | None, ledger: str | None
+) -> dict[str, object]:
     counted = "facts_to_delete" if receipt.dry_run else "facts_deleted"
     return {
         "receipt": EXPIRY_RECEIPT_NAME,
@@ -668,16 +691,18 @@ def _expiry_json(receipt: ExpiryReceipt, older_than: str | None) -> dict[str, ob
         "store": receipt.store,
         "scrub": receipt.scrub,
         "deletion_durability": receipt.deletion_durability,
+        "ledger": ledger,
     }
 
 
-def _expiry_text(receipt: ExpiryReceipt, older_than: str | None) -> str:
+def _expiry_text(receipt: ExpiryReceipt, older_than: str | None, ledger: str | None) -> str:
     done = "to delete" if receipt.dry_run else "deleted"
     age = f" (older than {older_than})" if older_than is not None else ""
     lines = [
         "Expiry dry run: nothing was deleted" if receipt.dry_run else "Expiry receipt",
         f"cutoff:         facts created before {utc_text(receipt.cutoff)} (UTC){age}",
         f"store:          {receipt.store}",
+        _ledger_line(ledger, "each tenant's expiry", dry_run=receipt.dry_run),
     ]
     lines += [
         f"tenant:         {tenant}: {count} fact(s) {done}" for tenant, count in receipt.facts

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Final
 
@@ -26,21 +26,48 @@ RECEIPT_VERSION: Final = 1
 _INSTANT_RULE: Final = (
     "must be an instant in ISO 8601 with its offset, such as 2026-01-31T12:00:00Z"
 )
+_EARLIEST: Final = datetime.min.replace(tzinfo=UTC)
 
 
-def checked_instant(value: str, argument: str) -> datetime:
+def checked_instant(value: str, argument: str, *, now: datetime | None = None) -> datetime:
     """The instant ``value`` names, in UTC, or a usage error naming ``argument``.
 
+    The one reading of an instant for every command (``expire --before``,
+    ``replay-deletions --since``, ``ledger prune --before``). Any instant
+    that parses is answered: one earlier than 0001-01-01T00:00:00Z (year 1
+    with a positive offset) is read as that instant, the earliest there is,
+    which selects exactly the same facts and ledger entries; one later than
+    9999-12-31T23:59:59.999999Z is in the future, and refused as such.
+
+    Args:
+        value: The instant as the operator typed it.
+        argument: The option it was given to, named by a refusal.
+        now: The present, which the instant must not be later than; the
+            clock's when ``None``.
+
     Raises:
-        CommandError: ``value`` is not ISO 8601 with an offset (usage).
+        CommandError: ``value`` is not ISO 8601 with an offset, or is in the
+            future (usage).
     """
     try:
         found = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError:
         raise CommandError(argument, _INSTANT_RULE, ExitCode.USAGE) from None
-    if found.tzinfo is None or found.utcoffset() is None:
+    offset = found.utcoffset()
+    if offset is None:
         raise CommandError(argument, _INSTANT_RULE, ExitCode.USAGE)
-    return found.astimezone(UTC)
+    present = datetime.now(UTC) if now is None else now
+    try:
+        instant = found.astimezone(UTC)
+    except OverflowError:
+        # Outside the years 1 to 9999 once in UTC: before the earliest
+        # instant (a positive offset) or after the latest (a negative one).
+        if offset > timedelta(0):
+            return _EARLIEST
+        raise CommandError(argument, "must not be in the future", ExitCode.USAGE) from None
+    if instant > present:
+        raise CommandError(argument, "must not be in the future", ExitCode.USAGE)
+    return instant
 
 
 async def replay_deletions(  # noqa: PLR0913 - one parameter per option of the command
@@ -56,11 +83,12 @@ async def replay_deletions(  # noqa: PLR0913 - one parameter per option of the c
 
     Raises:
         CommandError: The ledger distribution is missing, the key or the
-            ledger is refused, or the store cannot list its end users, or
+            ledger is refused, no ledger exists at ``ledger_url`` (usage,
+            nothing created), or the store cannot list its end users, or
             cannot expire facts by age while the ledger records an expiry.
     """
     _refuse_ledger_in_store(url, ledger_url)
-    with opened_ledger(ledger_url, key_file) as (opened, ledgers):
+    with opened_ledger(ledger_url, key_file, create=False) as (opened, ledgers):
         async with open_for_command(url, "URL", must_exist=True) as store:
             if not isinstance(store, ListsEndUsers):
                 raise CommandError(
@@ -117,10 +145,11 @@ def prune_ledger(ledger_url: str, key_file: Path | None, before: datetime, *, as
 
     Raises:
         CommandError: The ledger distribution is missing, the key or the
-            ledger is refused, ``before`` is in the future (usage), or the
+            ledger is refused, no ledger exists at ``ledger_url`` (usage,
+            nothing created), ``before`` is in the future (usage), or the
             ledger cannot be written (unavailable, nothing pruned).
     """
-    with opened_ledger(ledger_url, key_file) as (opened, _):
+    with opened_ledger(ledger_url, key_file, create=False) as (opened, _):
         try:
             done = opened.prune(before)
         except InvalidInputError as exc:

@@ -12,7 +12,8 @@ class ExitCode(IntEnum):
     """What the exit status of ``psych-memory`` and ``psych-memory-mcp`` means.
 
     One table for both commands; scripts may rely on these numbers. The MCP
-    server exits with `DONE`, `FAILED`, `USAGE` or `UNAVAILABLE` only.
+    server exits with `DONE`, `FAILED`, `USAGE`, `UNAVAILABLE` or `REFUSED`
+    (a deletion ledger created with another key) only.
     """
 
     DONE = 0

@@ -20,8 +20,10 @@ from psych_runtime.memory.port import InvalidInputError, MemoryStore
 
 from ._commands import one_line
 from ._exit import CommandError, ExitCode
+from ._url import redact_url
 
 __all__ = [
+    "EMPTY_LEDGER_RULE",
     "LEDGER_KEY_VARIABLE",
     "LEDGER_VARIABLE",
     "ledger_for_command",
@@ -35,10 +37,16 @@ LEDGER_VARIABLE: Final = "PSYCH_MEMORY_LEDGER"
 LEDGER_KEY_VARIABLE: Final = "PSYCH_MEMORY_LEDGER_KEY"
 """The environment variable holding the ledger's key when no key file is named."""
 
+EMPTY_LEDGER_RULE: Final = (
+    f"must name a ledger (sqlite:///path or postgresql://...?schema=NAME), not be empty"
+    f" (from the option or ${LEDGER_VARIABLE}); for no ledger, give neither"
+)
+"""The refusal of a ledger named by an empty ``--ledger`` or ``PSYCH_MEMORY_LEDGER``."""
+
 
 @contextmanager
 def ledger_for_command(
-    ledger_url: str, key_file: Path | None, *, store_url: str
+    ledger_url: str, key_file: Path | None, *, store_url: str, create: bool = True
 ) -> Iterator[Callable[[MemoryStore], MemoryStore]]:
     """Open the ledger ``--ledger`` names; yield what attaches it to the store ``store_url`` opens.
 
@@ -52,15 +60,18 @@ def ledger_for_command(
         key_file: The key's file (``--ledger-key-file``); ``None`` reads
             ``PSYCH_MEMORY_LEDGER_KEY``.
         store_url: The store's URL, to refuse a ledger inside it.
+        create: Whether a ledger that does not exist yet is created; a
+            command that records nothing (a dry run) passes ``False``.
 
     Raises:
         CommandError: The ledger distribution is missing (usage), the key is
             missing or short (usage) or not the ledger's (refused), the URL
-            is refused or names the store (usage), or the ledger cannot be
-            opened or read (unavailable).
+            is refused or names the store (usage), ``create`` is false and
+            no ledger exists there (usage, nothing created), or the ledger
+            cannot be opened or read (unavailable).
     """
     _refuse_ledger_in_store(store_url, ledger_url)
-    with opened_ledger(ledger_url, key_file) as (opened, ledgers):
+    with opened_ledger(ledger_url, key_file, create=create) as (opened, ledgers):
 
         def attach(store: MemoryStore) -> MemoryStore:
             try:
@@ -76,14 +87,25 @@ def _refuse_ledger_in_store(url: str, ledger_url: str) -> None:
 
     Opening the ledger first would write its tables into the store; the
     ledger's own check (`with_ledger`) covers PostgreSQL, where opening the
-    ledger touches only its schema.
+    ledger touches only its schema. The same file is found by its path
+    (symbolic links resolved) and, when both exist, by the file itself: a
+    hard link to the store is the store.
 
     Raises:
         CommandError: Both URLs name the same SQLite file (usage).
     """
     store_file, ledger_file = _sqlite_file(url), _sqlite_file(ledger_url)
-    if store_file is not None and store_file == ledger_file:
+    if store_file is None or ledger_file is None:
+        return
+    if store_file == ledger_file or _same_existing_file(store_file, ledger_file):
         raise CommandError("--ledger", "must live outside the store it records", ExitCode.USAGE)
+
+
+def _same_existing_file(first: Path, second: Path) -> bool:
+    try:
+        return first.samefile(second)
+    except OSError:
+        return False  # either does not exist (yet), or cannot be looked at: the paths decide
 
 
 def _sqlite_file(url: str) -> Path | None:
@@ -94,15 +116,25 @@ def _sqlite_file(url: str) -> Path | None:
 
 
 @contextmanager
-def opened_ledger(ledger_url: str, key_file: Path | None) -> Iterator[tuple[Any, Any]]:
+def opened_ledger(
+    ledger_url: str, key_file: Path | None, *, create: bool
+) -> Iterator[tuple[Any, Any]]:
     """The deletion ledger ``--ledger`` names, open, and the ledger's module.
+
+    ``create``: whether a ledger that does not exist yet is created. A
+    command that only reads or prunes passes ``False``: a mistyped URL is
+    then refused, and never answered from a new, empty ledger.
 
     Raises:
         CommandError: The ledger distribution is missing (usage), the key is
             missing or short (usage) or not the ledger's (refused), the URL
-            is refused (usage), or the ledger cannot be opened or read
-            (unavailable).
+            is empty or refused (usage), ``create`` is false and no ledger exists
+            there (usage, nothing created), or the ledger cannot be opened
+            or read (unavailable).
     """
+    if ledger_url == "":
+        # An empty variable is a mistake, never a way to turn the ledger off.
+        raise CommandError("--ledger", EMPTY_LEDGER_RULE, ExitCode.USAGE)
     try:
         from psych_runtime.memory import ledger as ledgers  # noqa: PLC0415
     except ImportError:
@@ -117,9 +149,16 @@ def opened_ledger(ledger_url: str, key_file: Path | None) -> Iterator[tuple[Any,
     except InvalidInputError as exc:
         raise CommandError(key_argument, exc.rule, ExitCode.USAGE) from None
     try:
-        opened = ledgers.open_ledger(ledger_url, key)
+        opened = ledgers.open_ledger(ledger_url, key, create=create)
     except InvalidInputError as exc:
         raise CommandError("--ledger", exc.rule, ExitCode.USAGE) from None
+    except ledgers.LedgerNotFoundError:
+        raise CommandError(
+            "--ledger",
+            f"names no existing ledger ({redact_url(ledger_url)}): this command creates none;"
+            " check the URL",
+            ExitCode.USAGE,
+        ) from None
     except ledgers.LedgerKeyMismatchError:
         raise CommandError(
             key_argument, "is not the key this ledger was created with", ExitCode.REFUSED

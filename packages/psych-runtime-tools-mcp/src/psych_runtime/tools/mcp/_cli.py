@@ -91,10 +91,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Returns:
         The exit status, an `ExitCode` of the table ``psych-memory`` shares:
-        0 after a clean shutdown, 2 for a bad command line or a store URL
-        refused (one line on stderr says why), 3 when the store cannot be
-        opened or reached, 1 for an unexpected failure to open it. A bad
-        command line raises ``SystemExit(2)`` instead.
+        0 after a clean shutdown, 2 for a bad command line, a store URL or
+        a deletion ledger refused (one line on stderr says why), 3 when the
+        store or the ledger cannot be opened or reached, 5 when the ledger
+        was created with another key, 1 for an unexpected failure to open
+        the store. A bad command line raises ``SystemExit(2)`` instead.
     """
     parser = _parser()
     args = parser.parse_args(argv)
@@ -121,7 +122,8 @@ def _parser() -> _OneLineParser:
     )
     parser.add_argument(
         "--ledger",
-        default=os.environ.get(LEDGER_VARIABLE) or None,
+        # Set but empty is refused as an empty --ledger is: never "no ledger".
+        default=os.environ.get(LEDGER_VARIABLE),
         help=(
             "record every deletion in this deletion ledger before the store deletes it"
             f" (sqlite:///path, postgresql://...?schema=NAME; default: ${LEDGER_VARIABLE})"
