@@ -178,8 +178,8 @@ def test_a_replayed_copy_holds_exactly_what_it_held_and_the_live_store_kept(
         with open_ledger(url, key) as ledger:
             async with InProcessMemory() as bare:
                 store = with_ledger(bare, ledger)
-                for taken in steps:
-                    await _step(store, bare, ledger, taken, copies)
+                for step in steps:
+                    await _step(store, bare, ledger, step, copies)
                 live = _facts(await everything(bare))
             for taken, snapshot in copies:
                 restored = await _restored_from(snapshot)
@@ -201,10 +201,10 @@ async def _step(
     store: MemoryStore,
     bare: InProcessMemory,
     ledger: DeletionLedger,
-    taken: tuple[str, str, int],
+    taken_step: tuple[str, str, int],
     copies: list[tuple[datetime, tuple[Memory, ...]]],
 ) -> None:
-    step, user, n = taken
+    step, user, n = taken_step
     if step == "remember":
         await store.remember("acme", user, f"fact {n}")
     elif step == "erase":

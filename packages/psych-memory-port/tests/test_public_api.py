@@ -43,6 +43,7 @@ def test_all_is_exactly_the_public_api() -> None:
             "StalePageError",
             "StoreClosedError",
             "StoreUnavailableError",
+            "StoreWrapper",
             "bounded_limit",
             "memory_key",
             "new_memory_id",
@@ -58,6 +59,7 @@ def test_all_is_exactly_the_public_api() -> None:
             "validate_restored_many",
             "validate_scope",
             "validate_seconds",
+            "wrap_store",
         ]
     )
     for name in port.__all__:

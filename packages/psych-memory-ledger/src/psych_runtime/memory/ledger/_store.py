@@ -3,32 +3,29 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Final, Self, cast
+from typing import Any, cast
 
 import anyio.to_thread
 
 from psych_runtime.memory.port import (
-    CountsFacts,
     ExpiresFacts,
     InvalidInputError,
     ListsEndUsers,
-    Memory,
     MemoryStore,
-    PagesFacts,
-    RestoresFacts,
     Scope,
     StoreClosedError,
     StoreUnavailableError,
+    StoreWrapper,
     memory_key,
     validate_cutoff,
     validate_memory_id,
     validate_scope,
+    wrap_store,
 )
 
 from ._errors import LedgerError
@@ -66,7 +63,7 @@ def with_ledger(store: MemoryStore, ledger: DeletionLedger) -> MemoryStore:
         raise TypeError(f"ledger must be a DeletionLedger, not {type(ledger).__qualname__}")
     if _inside(store, ledger):
         raise InvalidInputError("ledger", "must live outside the store it records")
-    return _class_for(store)(store, ledger)
+    return wrap_store(_Ledgered, store, ledger)
 
 
 def _inside(store: MemoryStore, ledger: DeletionLedger) -> bool:
@@ -102,40 +99,17 @@ def _deleted_nothing(exc: BaseException) -> bool:
     return isinstance(exc, StoreClosedError | InvalidInputError | TypeError)
 
 
-class _Ledgered(MemoryStore):
-    """The four methods and the lifecycle, with deletions recorded."""
+class _Ledgered(StoreWrapper):
+    """The store's calls, with deletions recorded."""
 
-    __slots__ = ("_ledger", "_store")
+    __slots__ = ("_ledger",)
 
     def __init__(self, store: MemoryStore, ledger: DeletionLedger) -> None:
-        self._store = store
+        super().__init__(store)
         self._ledger = ledger
 
     def __repr__(self) -> str:
-        return f"with_ledger({self._store!r}, {self._ledger!r})"
-
-    async def __aenter__(self) -> Self:
-        await self._store.__aenter__()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self._store.__aexit__(exc_type, exc, tb)
-
-    async def aclose(self) -> None:
-        await self._store.aclose()
-
-    async def remember(self, scope: Scope, end_user_id: str, content: str) -> Memory:
-        return await self._store.remember(scope, end_user_id, content)
-
-    async def recall(
-        self, scope: Scope, end_user_id: str, *, limit: int | None = None
-    ) -> tuple[Memory, ...]:
-        return await self._store.recall(scope, end_user_id, limit=limit)
+        return f"with_ledger({self.wrapped!r}, {self._ledger!r})"
 
     async def forget(self, scope: Scope, end_user_id: str, memory_id: str) -> bool:
         try:
@@ -143,13 +117,13 @@ class _Ledgered(MemoryStore):
             fact_id = validate_memory_id(memory_id)
         except (TypeError, InvalidInputError):
             # Refused input deletes nothing: the store raises its own error.
-            return await self._store.forget(scope, end_user_id, memory_id)
+            return await self.wrapped.forget(scope, end_user_id, memory_id)
         deleted = await self._recorded(
             "forget",
             key.tenant,
             key.end_user_id,
             fact_id,
-            lambda: self._store.forget(scope, end_user_id, memory_id),
+            lambda: self.wrapped.forget(scope, end_user_id, memory_id),
         )
         return bool(deleted)
 
@@ -157,13 +131,13 @@ class _Ledgered(MemoryStore):
         try:
             key = memory_key(scope, end_user_id)
         except (TypeError, InvalidInputError):
-            return await self._store.erase(scope, end_user_id)
+            return await self.wrapped.erase(scope, end_user_id)
         return await self._recorded(
             "erase",
             key.tenant,
             key.end_user_id,
             None,
-            lambda: self._store.erase(scope, end_user_id),
+            lambda: self.wrapped.erase(scope, end_user_id),
         )
 
     async def _recorded(  # noqa: PLR0913 - the fields of one ledger row, and the deletion
@@ -196,51 +170,14 @@ class _Ledgered(MemoryStore):
         return deleted
 
 
-class _ListsEndUsers(_Ledgered):
-    __slots__ = ()
-
-    async def tenants(self) -> tuple[str, ...]:
-        return await cast("ListsEndUsers", self._store).tenants()
-
-    async def end_users(self, scope: Scope) -> tuple[str, ...]:
-        return await cast("ListsEndUsers", self._store).end_users(scope)
-
-
-class _CountsFacts(_Ledgered):
-    __slots__ = ()
-
-    async def fact_counts(self, scope: Scope) -> Mapping[str, int]:
-        return await cast("CountsFacts", self._store).fact_counts(scope)
-
-
-class _PagesFacts(_Ledgered):
-    __slots__ = ()
-
-    async def recall_page(
-        self, scope: Scope, end_user_id: str, *, after: str | None = None, size: int
-    ) -> tuple[Memory, ...]:
-        store = cast("PagesFacts", self._store)
-        return await store.recall_page(scope, end_user_id, after=after, size=size)
-
-
-class _RestoresFacts(_Ledgered):
-    __slots__ = ()
-
-    async def restore(self, memory: Memory) -> bool:
-        return await cast("RestoresFacts", self._store).restore(memory)
-
-    async def restore_many(self, memories: Iterable[Memory]) -> int:
-        return await cast("RestoresFacts", self._store).restore_many(memories)
-
-
 class _ExpiresFacts(_Ledgered):
     __slots__ = ()
 
     async def count_expired(self, scope: Scope, *, before: datetime) -> int:
-        return await cast("ExpiresFacts", self._store).count_expired(scope, before=before)
+        return await cast("ExpiresFacts", self.wrapped).count_expired(scope, before=before)
 
     async def expire(self, scope: Scope, *, before: datetime) -> int:
-        store = cast("ExpiresFacts", self._store)
+        store = cast("ExpiresFacts", self.wrapped)
         try:
             tenant = validate_scope(scope)
             cutoff = validate_cutoff(before)
@@ -251,55 +188,15 @@ class _ExpiresFacts(_Ledgered):
         )
 
 
-class _Scrubs(_Ledgered):
-    __slots__ = ()
-
-    async def scrub(self) -> bool:
-        return cast("bool", await cast("Any", self._store).scrub())
-
-
-class _TellsScrubPending(_Ledgered):
-    __slots__ = ()
-
-    @property
-    def scrub_pending(self) -> bool:
-        """Whether bytes of a fact the store deleted may remain (the store's own answer)."""
-        return cast("bool", cast("Any", self._store).scrub_pending)
-
-
 class _ReportsDurability(_Ledgered):
     __slots__ = ()
 
     async def deletion_durability(self) -> str:
         """How durable the store's last deletions are (the store's own answer)."""
-        return cast("str", await cast("Any", self._store).deletion_durability())
+        return cast("str", await cast("Any", self.wrapped).deletion_durability())
 
 
-_CAPABILITIES: Final[tuple[tuple[type[_Ledgered], Any], ...]] = (
-    (_ListsEndUsers, ListsEndUsers),
-    (_CountsFacts, CountsFacts),
-    (_PagesFacts, PagesFacts),
-    (_RestoresFacts, RestoresFacts),
-    (_ExpiresFacts, ExpiresFacts),
-)
-
-_classes: dict[tuple[type[_Ledgered], ...], type[_Ledgered]] = {}
-
-
-def _class_for(store: MemoryStore) -> type[_Ledgered]:
-    bases = [mixin for mixin, protocol in _CAPABILITIES if isinstance(store, protocol)]
-    if callable(getattr(store, "scrub", None)):
-        bases.append(_Scrubs)
-    if hasattr(store, "scrub_pending"):
-        bases.append(_TellsScrubPending)
-    if callable(getattr(store, "deletion_durability", None)):
-        bases.append(_ReportsDurability)
-    chosen = tuple(bases)
-    found = _classes.get(chosen)
-    if found is None:
-        found = type("LedgeredStore", chosen, {"__slots__": ()}) if chosen else _Ledgered
-        _classes[chosen] = found
-    return found
+_Ledgered.capability_mixins = (_ExpiresFacts, _ReportsDurability)
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,8 +8,7 @@ from contextvars import Token
 from datetime import UTC, datetime
 from functools import partial
 from time import perf_counter
-from types import TracebackType
-from typing import Any, Final, Self, TypeVar, cast
+from typing import Any, Final, TypeVar, cast
 
 from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
@@ -26,8 +25,10 @@ from psych_runtime.memory.port import (
     PagesFacts,
     RestoresFacts,
     Scope,
+    StoreWrapper,
     store_events,
     validate_scope,
+    wrap_store,
 )
 
 from . import _conventions as names
@@ -112,7 +113,7 @@ def instrument(
         tenant=names.tenant_opted_in() if capture_tenant is None else capture_tenant,
         content=names.content_opted_in(),
     )
-    return _class_for(store)(store, telemetry)
+    return wrap_store(_Instrumented, store, telemetry)
 
 
 class _Operation:
@@ -281,32 +282,17 @@ def _records(memories: Iterable[Memory]) -> str:
     )
 
 
-class _Instrumented(MemoryStore):
-    """The four methods and the lifecycle, observed."""
+class _Instrumented(StoreWrapper):
+    """The four methods, observed; the lifecycle, forwarded."""
 
-    __slots__ = ("_store", "_telemetry")
+    __slots__ = ("_telemetry",)
 
     def __init__(self, store: MemoryStore, telemetry: _Telemetry) -> None:
-        self._store = store
+        super().__init__(store)
         self._telemetry = telemetry
 
     def __repr__(self) -> str:
-        return f"instrument({self._store!r})"
-
-    async def __aenter__(self) -> Self:
-        await self._store.__aenter__()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self._store.__aexit__(exc_type, exc, tb)
-
-    async def aclose(self) -> None:
-        await self._store.aclose()
+        return f"instrument({self.wrapped!r})"
 
     async def _observed(
         self,
@@ -338,7 +324,7 @@ class _Instrumented(MemoryStore):
                 span.set_attribute(names.RECORDS, _records((memory,)))
 
         return await self._observed(
-            "remember", scope, lambda: self._store.remember(scope, end_user_id, content), describe
+            "remember", scope, lambda: self.wrapped.remember(scope, end_user_id, content), describe
         )
 
     async def forget(self, scope: Scope, end_user_id: str, memory_id: str) -> bool:
@@ -353,7 +339,7 @@ class _Instrumented(MemoryStore):
                 self._scrub_state(span)
 
         return await self._observed(
-            "forget", scope, lambda: self._store.forget(scope, end_user_id, memory_id), describe
+            "forget", scope, lambda: self.wrapped.forget(scope, end_user_id, memory_id), describe
         )
 
     async def recall(
@@ -369,7 +355,7 @@ class _Instrumented(MemoryStore):
                 span.set_attribute(names.RECORDS, _records(memories))
 
         return await self._observed(
-            "recall", scope, lambda: self._store.recall(scope, end_user_id, limit=limit), describe
+            "recall", scope, lambda: self.wrapped.recall(scope, end_user_id, limit=limit), describe
         )
 
     async def erase(self, scope: Scope, end_user_id: str) -> int:
@@ -381,12 +367,12 @@ class _Instrumented(MemoryStore):
                 self._scrub_state(span)
 
         return await self._observed(
-            "erase", scope, lambda: self._store.erase(scope, end_user_id), describe
+            "erase", scope, lambda: self.wrapped.erase(scope, end_user_id), describe
         )
 
     def _scrub_state(self, span: Span) -> None:
         # After a deletion, a store that scrubs says whether bytes remain.
-        if getattr(self._store, "scrub_pending", False) is True:
+        if getattr(self.wrapped, "scrub_pending", False) is True:
             span.add_event(names.SCRUB_PENDING_EVENT)
 
 
@@ -398,11 +384,11 @@ class _ListsEndUsers(_Instrumented):
     __slots__ = ()
 
     async def tenants(self) -> tuple[str, ...]:
-        store = cast("ListsEndUsers", self._store)
+        store = cast("ListsEndUsers", self.wrapped)
         return await self._observed("tenants", None, store.tenants, _listed)
 
     async def end_users(self, scope: Scope) -> tuple[str, ...]:
-        store = cast("ListsEndUsers", self._store)
+        store = cast("ListsEndUsers", self.wrapped)
         return await self._observed("end_users", scope, lambda: store.end_users(scope), _listed)
 
 
@@ -415,7 +401,7 @@ class _CountsFacts(_Instrumented):
     __slots__ = ()
 
     async def fact_counts(self, scope: Scope) -> Mapping[str, int]:
-        store = cast("CountsFacts", self._store)
+        store = cast("CountsFacts", self.wrapped)
         work = partial(store.fact_counts, scope)
         return await self._observed("fact_counts", scope, work, _counted)
 
@@ -434,7 +420,7 @@ class _PagesFacts(_Instrumented):
             if content_on:
                 span.set_attribute(names.RECORDS, _records(page))
 
-        store = cast("PagesFacts", self._store)
+        store = cast("PagesFacts", self.wrapped)
         return await self._observed(
             "recall_page",
             scope,
@@ -462,12 +448,12 @@ class _RestoresFacts(_Instrumented):
                 span.set_attribute(names.RECORDS, _records((memory,)))
 
         tenant = getattr(getattr(memory, "key", None), "tenant", None)
-        store = cast("RestoresFacts", self._store)
+        store = cast("RestoresFacts", self.wrapped)
         return await self._observed("restore", tenant, lambda: store.restore(memory), describe)
 
     async def restore_many(self, memories: Iterable[Memory]) -> int:
         # The facts are the store's to read, once: counted from its answer.
-        store = cast("RestoresFacts", self._store)
+        store = cast("RestoresFacts", self.wrapped)
         return await self._observed(
             "restore_many", None, lambda: store.restore_many(memories), _stored
         )
@@ -480,7 +466,7 @@ class _ExpiresFacts(_Instrumented):
         def describe(span: Span, counted: int) -> None:
             span.set_attribute(names.RECORD_COUNT, counted)
 
-        store = cast("ExpiresFacts", self._store)
+        store = cast("ExpiresFacts", self.wrapped)
         return await self._observed(
             "count_expired", scope, lambda: store.count_expired(scope, before=before), describe
         )
@@ -497,7 +483,7 @@ class _ExpiresFacts(_Instrumented):
             if deleted:
                 self._scrub_state(span)
 
-        store = cast("ExpiresFacts", self._store)
+        store = cast("ExpiresFacts", self.wrapped)
         return await self._observed(
             "expire", scope, lambda: store.expire(scope, before=before), describe
         )
@@ -511,7 +497,7 @@ class _Scrubs(_Instrumented):
     __slots__ = ()
 
     async def scrub(self) -> bool:
-        work: Callable[[], Awaitable[bool]] = cast("Any", self._store).scrub
+        work: Callable[[], Awaitable[bool]] = cast("Any", self.wrapped).scrub
         return await self._observed("scrub", None, work, _scrubbed)
 
 
@@ -521,29 +507,15 @@ class _TellsScrubPending(_Instrumented):
     @property
     def scrub_pending(self) -> bool:
         """Whether bytes of a fact the store deleted may remain (the store's own answer)."""
-        return cast("bool", cast("Any", self._store).scrub_pending)
+        return cast("bool", cast("Any", self.wrapped).scrub_pending)
 
 
-_CAPABILITIES: Final[tuple[tuple[type[_Instrumented], Any], ...]] = (
-    (_ListsEndUsers, ListsEndUsers),
-    (_CountsFacts, CountsFacts),
-    (_PagesFacts, PagesFacts),
-    (_RestoresFacts, RestoresFacts),
-    (_ExpiresFacts, ExpiresFacts),
+_Instrumented.capability_mixins = (
+    _ListsEndUsers,
+    _CountsFacts,
+    _PagesFacts,
+    _RestoresFacts,
+    _ExpiresFacts,
+    _Scrubs,
+    _TellsScrubPending,
 )
-
-_classes: dict[tuple[type[_Instrumented], ...], type[_Instrumented]] = {}
-
-
-def _class_for(store: MemoryStore) -> type[_Instrumented]:
-    bases = [mixin for mixin, protocol in _CAPABILITIES if isinstance(store, protocol)]
-    if callable(getattr(store, "scrub", None)):
-        bases.append(_Scrubs)
-    if hasattr(store, "scrub_pending"):
-        bases.append(_TellsScrubPending)
-    chosen = tuple(bases)
-    found = _classes.get(chosen)
-    if found is None:
-        found = type("InstrumentedStore", chosen, {"__slots__": ()}) if chosen else _Instrumented
-        _classes[chosen] = found
-    return found

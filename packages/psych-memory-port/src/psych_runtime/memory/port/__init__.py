@@ -4,7 +4,9 @@ Install this distribution alone to write a backend; it has no runtime
 dependencies. Adapters subclass `MemoryStore` and call `memory_key` and the
 ``validate_*`` functions before they change anything, so that every backend
 accepts and refuses exactly the same input; `new_memory_id`, `bounded_limit`
-and `RestorePlan` are the decisions they share after that.
+and `RestorePlan` are the decisions they share after that. `StoreWrapper`
+and `wrap_store` put something in front of a store (a ledger, telemetry)
+with exactly the store's capabilities.
 """
 
 from ._capabilities import (
@@ -49,6 +51,7 @@ from ._validation import (
     validate_memory_id,
 )
 from ._version import __version__ as __version__
+from ._wrapping import StoreWrapper, wrap_store
 
 __all__ = [
     "MAX_CONTENT_LENGTH",
@@ -78,6 +81,7 @@ __all__ = [
     "StalePageError",
     "StoreClosedError",
     "StoreUnavailableError",
+    "StoreWrapper",
     "bounded_limit",
     "memory_key",
     "new_memory_id",
@@ -93,4 +97,5 @@ __all__ = [
     "validate_restored_many",
     "validate_scope",
     "validate_seconds",
+    "wrap_store",
 ]
