@@ -249,10 +249,11 @@ def _seen(dsn: str, schema: str) -> list[tuple[str, str, int]]:
 async def test_thirty_erases_through_a_transaction_pooler_are_recorded_durably_and_leave_nothing(
     postgres_dsn: str, postgres_schema: str, bouncer: Bouncer, lax_role: str, key: LedgerKey
 ) -> None:
-    # Before: 17 of 30 erases refused (psycopg's prepared statements, which
-    # the next transaction's server connection does not hold), committed
-    # with the role's synchronous_commit = off, and the server connection
-    # the ledger opened on left with synchronous_commit = on.
+    # Before (measured): 12 of 30 erases refused (psycopg prepared its
+    # statements on one server connection, and the next transaction ran on
+    # the other), 30 of 36 commits made with the role's synchronous_commit =
+    # off, and the server connection the ledger was opened on left with
+    # synchronous_commit = on for the pooler's next client.
     assert (
         await anyio.to_thread.run_sync(bouncer.sessions, lax_role, "synchronous_commit")
         == ["off"] * _POOLED
@@ -261,18 +262,23 @@ async def test_thirty_erases_through_a_transaction_pooler_are_recorded_durably_a
     url = bouncer.ledger_url(lax_role, postgres_schema)
     with open_ledger(url, key) as ledger:
         await anyio.to_thread.run_sync(_watch_commits, postgres_dsn, lax_role, postgres_schema)
-        # Another client holds the server connection the ledger was opened
-        # on: the ledger's writes go to the other one.
+        # Another client holds a server connection during every other
+        # erase, so the ledger's transactions run on both of the pooler's,
+        # the one its opening ran on among them.
         holder = await anyio.to_thread.run_sync(
             lambda: psycopg.connect(bouncer.dsn(lax_role), prepare_threshold=None)
         )
         try:
-            await anyio.to_thread.run_sync(holder.execute, "SELECT 1")
             async with InProcessMemory() as bare:
                 store = with_ledger(bare, ledger)
                 for n in range(30):
                     await store.remember("acme", f"u{n}", "x")
+                    if n % 2:
+                        await anyio.to_thread.run_sync(holder.execute, "SELECT 1")
                     assert await store.erase("acme", f"u{n}") == 1
+                    # Ended, not dropped: PgBouncer closes a server
+                    # connection whose client left inside a transaction.
+                    await anyio.to_thread.run_sync(holder.rollback)
         finally:
             await anyio.to_thread.run_sync(holder.close)
         entries = ledger.entries()
