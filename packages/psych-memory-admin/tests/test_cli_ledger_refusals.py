@@ -158,8 +158,10 @@ def test_a_reading_command_never_creates_a_missing_postgres_ledger(
         ERASE,
         ["expire", STORE, "--tenant", "acme", "--older-than", "1d"],
         ["expire", STORE, "--all-tenants", "--older-than", "1d", "--dry-run"],
+        ["replay-deletions", STORE, "--since", EPOCH],
+        ["ledger", "prune", "--before", EPOCH],
     ],
-    ids=["erase", "expire", "expire-dry-run"],
+    ids=["erase", "expire", "expire-dry-run", "replay", "prune"],
 )
 @pytest.mark.parametrize("named_by", ["option", "environment"])
 def test_an_empty_ledger_is_a_usage_error_wherever_it_is_named(

@@ -168,10 +168,21 @@ _ledger_key_file = click.option(
 )
 
 
+class _LedgerOption(click.Option):
+    """``--ledger``: set to the empty string, the variable is refused, never taken as unset."""
+
+    def value_is_missing(self, value: Any) -> bool:
+        # Click reads an empty variable as none at all; a required --ledger
+        # would then say "Missing option" where the rule below says why.
+        missing = super().value_is_missing(value)
+        return missing and os.environ.get(LEDGER_VARIABLE) != ""
+
+
 def _ledger(help_text: str, *, required: bool = False) -> Callable[[Any], Any]:
     return click.option(
         "--ledger",
         "ledger_url",
+        cls=_LedgerOption,
         envvar=LEDGER_VARIABLE,
         required=required,
         metavar="LEDGER_URL",
