@@ -19,6 +19,7 @@ from psych_runtime.memory.port import (
     MemoryKey,
     RestoresFacts,
     Scope,
+    validate_max_facts,
     validate_restored,
     validate_restored_id,
     validate_restored_many,
@@ -146,3 +147,20 @@ def test_many_facts_are_checked_in_order_and_each_named_by_its_index() -> None:
 def test_facts_that_are_not_iterable_are_a_type_error() -> None:
     with pytest.raises(TypeError, match="memories must be an iterable of Memory, not int"):
         validate_restored_many(3)
+
+
+def test_max_facts_is_a_count_of_zero_or_more() -> None:
+    assert validate_max_facts(0) == 0
+    assert validate_max_facts(2) == 2
+    assert type(validate_max_facts(IntSubclass(3))) is int
+    with pytest.raises(TypeError, match="max_facts must be an int, not bool"):
+        validate_max_facts(True)
+    with pytest.raises(TypeError, match="max_facts must be an int, not float"):
+        validate_max_facts(2.0)
+    with pytest.raises(InvalidInputError, match="max_facts must be zero or more") as refused:
+        validate_max_facts(-1)
+    assert refused.value.argument == "max_facts"
+
+
+class IntSubclass(int):
+    pass

@@ -18,6 +18,7 @@ from psych_runtime.memory.port import (
     MemoryKey,
     MemoryStore,
     PagesFacts,
+    RemembersWithinLimit,
     RestoresFacts,
     Scope,
     ScrubsDeletions,
@@ -85,6 +86,15 @@ class _Pages(_Store):
         return (await self.recall(scope, end_user_id))[:size]
 
 
+class _Limits(_Store):
+    async def remember_within_limit(
+        self, scope: Scope, end_user_id: str, content: str, *, max_facts: int
+    ) -> Memory | None:
+        if len(await self.recall(scope, end_user_id)) >= max_facts:
+            return None
+        return await self.remember(scope, end_user_id, content)
+
+
 class _Restores(_Store):
     async def restore(self, memory: Memory) -> bool:
         self.facts.append(memory)
@@ -127,13 +137,32 @@ class _Durable(_Store):
         return "remote_apply"
 
 
-_MIXINS = (_Lists, _Counts, _Pages, _Restores, _Expires, _Scrubs, _ScrubsWithoutSaying, _Durable)
-_PROTOCOLS = (ListsEndUsers, CountsFacts, PagesFacts, RestoresFacts, ExpiresFacts, ScrubsDeletions)
+_MIXINS = (
+    _Lists,
+    _Counts,
+    _Pages,
+    _Limits,
+    _Restores,
+    _Expires,
+    _Scrubs,
+    _ScrubsWithoutSaying,
+    _Durable,
+)
+_PROTOCOLS = (
+    ListsEndUsers,
+    CountsFacts,
+    PagesFacts,
+    RemembersWithinLimit,
+    RestoresFacts,
+    ExpiresFacts,
+    ScrubsDeletions,
+)
 _NAMES = (
     "tenants",
     "end_users",
     "fact_counts",
     "recall_page",
+    "remember_within_limit",
     "restore",
     "restore_many",
     "count_expired",
@@ -226,6 +255,8 @@ async def test_every_call_reaches_the_wrapped_store() -> None:
         assert await _as("ListsEndUsers", store).end_users("acme") == ("u1",)
         assert await _as("CountsFacts", store).fact_counts("acme") == {"u1": 1}
         assert await _as("PagesFacts", store).recall_page("acme", "u1", size=5) == (fact,)
+        limited = _as("RemembersWithinLimit", store)
+        assert await limited.remember_within_limit("acme", "u1", "a second", max_facts=1) is None
         assert await _as("ExpiresFacts", store).count_expired("acme", before=_AT) == 0
         assert await _as("ExpiresFacts", store).expire("acme", before=_AT) == 0
         scrubs = _as("ScrubsDeletions", store)

@@ -32,9 +32,11 @@ __all__ = [
     "ExpiresFacts",
     "ListsEndUsers",
     "PagesFacts",
+    "RemembersWithinLimit",
     "RestoresFacts",
     "ScrubsDeletions",
     "validate_cutoff",
+    "validate_max_facts",
     "validate_page",
     "validate_restored",
     "validate_restored_id",
@@ -169,6 +171,59 @@ def validate_page(after: object, size: object) -> tuple[str | None, int]:
     if not 1 <= size <= MAX_PAGE_SIZE:
         raise InvalidInputError("size", f"must be between 1 and {MAX_PAGE_SIZE}")
     return (None if after is None else str.__str__(after)), int(size)
+
+
+@runtime_checkable
+class RemembersWithinLimit(Protocol):
+    """A store that can add a fact only while the end user holds fewer than a number of facts.
+
+    What a cap on an end user's facts needs to hold under concurrency: the
+    count and the write as one atomic step of the store, so that callers
+    at once (several tool calls of one model response, two runs of one end
+    user, two processes on one store) never take the end user past it.
+    `MemoryStore.remember` keeps its contract and always adds.
+    """
+
+    async def remember_within_limit(
+        self, scope: Scope, end_user_id: str, content: str, *, max_facts: int
+    ) -> Memory | None:
+        """Add a fact as `MemoryStore.remember` does, unless the key already holds ``max_facts``.
+
+        The count and the write are one atomic step: however many calls run
+        at once, on however many connections or processes sharing the
+        store, the key never holds more than ``max_facts`` facts through
+        this method. A fact added by plain `MemoryStore.remember` counts,
+        but is not refused. Input is checked as `MemoryStore.remember`
+        checks it, and ``max_facts`` by `validate_max_facts`, before
+        anything is counted or stored.
+
+        Returns:
+            The new fact, or ``None`` when the key already held
+            ``max_facts`` facts or more (nothing was stored).
+
+        Raises:
+            TypeError: An argument has the wrong type (``max_facts`` not an
+                `int`, or a `bool`).
+            InvalidKeyError: The tenant or end-user id breaks a key rule.
+            InvalidContentError: The content breaks a content rule.
+            InvalidInputError: ``max_facts`` is negative.
+            MemoryStoreError: The store failed (see `MemoryStore`).
+        """
+        ...
+
+
+def validate_max_facts(max_facts: object) -> int:
+    """Check the ``max_facts`` of `RemembersWithinLimit.remember_within_limit` and return it.
+
+    Raises:
+        TypeError: ``max_facts`` is not an `int` (a `bool` included).
+        InvalidInputError: ``max_facts`` is negative.
+    """
+    if isinstance(max_facts, bool) or not isinstance(max_facts, int):
+        raise TypeError(f"max_facts must be an int, not {_type_name(max_facts)}")
+    if max_facts < 0:
+        raise InvalidInputError("max_facts", "must be zero or more")
+    return int(max_facts)
 
 
 @runtime_checkable

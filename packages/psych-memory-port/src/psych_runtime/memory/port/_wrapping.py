@@ -15,7 +15,14 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any, ClassVar, Final, Self, TypeVar, cast
 
-from ._capabilities import CountsFacts, ExpiresFacts, ListsEndUsers, PagesFacts, RestoresFacts
+from ._capabilities import (
+    CountsFacts,
+    ExpiresFacts,
+    ListsEndUsers,
+    PagesFacts,
+    RemembersWithinLimit,
+    RestoresFacts,
+)
 from ._key import Scope
 from ._memory import Memory
 from ._store import MemoryStore
@@ -117,6 +124,16 @@ class _PagesFacts(StoreWrapper):
         return await store.recall_page(scope, end_user_id, after=after, size=size)
 
 
+class _RemembersWithinLimit(StoreWrapper):
+    __slots__ = ()
+
+    async def remember_within_limit(
+        self, scope: Scope, end_user_id: str, content: str, *, max_facts: int
+    ) -> Memory | None:
+        store = cast("RemembersWithinLimit", self._wrapped)
+        return await store.remember_within_limit(scope, end_user_id, content, max_facts=max_facts)
+
+
 class _RestoresFacts(StoreWrapper):
     __slots__ = ()
 
@@ -157,6 +174,7 @@ _FORWARDING: Final[tuple[type[StoreWrapper], ...]] = (
     _ListsEndUsers,
     _CountsFacts,
     _PagesFacts,
+    _RemembersWithinLimit,
     _RestoresFacts,
     _ExpiresFacts,
     _Scrubs,
@@ -194,7 +212,8 @@ def wrap_store(wrapper: type[_W], store: MemoryStore, /, *args: Any, **kwargs: A
     The instance is made with ``wrapper(store, *args, **kwargs)`` from a
     subclass of ``wrapper`` that adds, for each optional capability of
     ``store`` (`ListsEndUsers`, `CountsFacts`, `PagesFacts`,
-    `RestoresFacts`, `ExpiresFacts`, ``scrub``, ``scrub_pending``, and any
+    `RemembersWithinLimit`, `RestoresFacts`, `ExpiresFacts`, ``scrub``,
+    ``scrub_pending``, and any
     the wrapper names in `StoreWrapper.capability_mixins`), the methods
     that forward it, or the wrapper's own. A capability ``store`` lacks is
     absent from the instance: ``isinstance`` answers for it as for
