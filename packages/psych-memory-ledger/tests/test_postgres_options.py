@@ -9,8 +9,15 @@ from __future__ import annotations
 import psycopg
 import pytest
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from psych_runtime.memory.ledger import LedgerKey, open_ledger, with_ledger
+from psych_runtime.memory.ledger import (
+    LedgerError,
+    LedgerKey,
+    LedgerNotFoundError,
+    open_ledger,
+    with_ledger,
+)
 from psych_runtime.memory.port import InvalidInputError
 from psych_runtime.memory.postgres import PostgresMemory
 
@@ -109,3 +116,38 @@ async def test_a_ledger_beside_the_store_in_its_database_is_still_a_ledger_apart
         "psych_ledger_deletion",
         "psych_ledger_meta",
     ]
+
+
+def test_a_schema_without_a_ledger_is_not_opened_for_reading_and_not_created(
+    postgres_dsn: str, postgres_schema: str, key: LedgerKey
+) -> None:
+    url = _url(postgres_dsn, postgres_schema)
+    with pytest.raises(LedgerNotFoundError, match="the schema holds no ledger"):
+        open_ledger(url, key, create=False)
+    assert _ledger_tables(postgres_dsn, postgres_schema) == []
+    # A table of that name that is not a ledger's is refused either way.
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(postgres_schema)))
+        conn.execute(
+            sql.SQL("CREATE TABLE {} (other integer)").format(
+                sql.Identifier(postgres_schema, "psych_ledger_meta")
+            )
+        )
+    with pytest.raises(LedgerError, match=r"not a usable ledger \(UndefinedColumn\)"):
+        open_ledger(url, key)
+    with pytest.raises(LedgerError, match=r"cannot be read as a ledger \(UndefinedColumn\)"):
+        open_ledger(url, key, create=False)
+
+
+@pytest.mark.anyio
+async def test_a_store_named_by_libpq_pairs_is_compared_with_the_ledger_url(
+    postgres_dsn: str, postgres_schema: str, key: LedgerKey
+) -> None:
+    server = conninfo_to_dict(postgres_dsn)
+    pairs = make_conninfo("", **server)
+    with open_ledger(_url(postgres_dsn, postgres_schema, "&prepare_threshold=none"), key) as ledger:
+        async with PostgresMemory.connect(pairs, schema=postgres_schema) as inside:
+            with pytest.raises(InvalidInputError, match="ledger must live outside"):
+                with_ledger(inside, ledger)
+        # A connection string libpq refuses names no database: never the ledger's.
+        assert not ledger._holds_schema_of("host='unclosed", postgres_schema)

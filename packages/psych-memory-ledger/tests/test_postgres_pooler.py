@@ -42,6 +42,7 @@ from psych_runtime.memory.ledger import (
     DeletionLedger,
     LedgerError,
     LedgerKey,
+    LedgerUnavailableError,
     open_ledger,
     with_ledger,
 )
@@ -121,6 +122,7 @@ def _pgbouncer(
         "max_client_conn": 100,
         "logfile": folder / "pgbouncer.log",
         "pidfile": "",
+        "admin_users": ",".join(users),
     }
     (folder / "pgbouncer.ini").write_text(
         f"[databases]\n{dbname} = {target} dbname={dbname}\n\n[pgbouncer]\n"
@@ -338,6 +340,50 @@ def test_a_pooler_in_statement_mode_is_refused_by_name(
             pass
         with pytest.raises(LedgerError, match=rule):
             open_ledger(url, key, create=False)
+
+
+def _admin(bouncer: Bouncer, user: str, *commands: str) -> None:
+    """Run commands on the pooler's console (the simple protocol only: a client-side cursor)."""
+    console = f"postgresql://{user}@127.0.0.1:{bouncer.port}/pgbouncer"
+    with psycopg.connect(console, autocommit=True, cursor_factory=psycopg.ClientCursor) as conn:
+        for command in commands:
+            conn.execute(command)
+
+
+@pytest.mark.clusters
+@pytest.mark.anyio
+async def test_a_ledger_cut_off_refuses_deletions_until_it_connects_again(
+    postgres_dsn: str,
+    postgres_schema: str,
+    key: LedgerKey,
+    unavailable: Callable[[str], NoReturn],
+) -> None:
+    user = str(conninfo_to_dict(postgres_dsn).get("user", "postgres"))
+    with _pgbouncer(_binary(unavailable), postgres_dsn, (user,), "transaction") as pooler:
+        name = pooler.dbname
+        with open_ledger(pooler.ledger_url(user, postgres_schema), key, busy_timeout=1) as ledger:
+            async with InProcessMemory() as bare:
+                store = with_ledger(bare, ledger)
+                await store.remember("acme", "u1", "x")
+                # The pooler drops the ledger's connection and takes no new one.
+                await anyio.to_thread.run_sync(
+                    _admin, pooler, user, f"DISABLE {name}", f"KILL {name}"
+                )
+                try:
+                    # The first finds its connection lost, the second that
+                    # none can be made: neither reaches the store.
+                    for _ in range(2):
+                        with pytest.raises(LedgerUnavailableError) as raised:
+                            await store.erase("acme", "u1")
+                        assert raised.value.may_have_taken_effect is False
+                    assert len(await bare.recall("acme", "u1")) == 1
+                finally:
+                    await anyio.to_thread.run_sync(
+                        _admin, pooler, user, f"ENABLE {name}", f"RESUME {name}"
+                    )
+                assert await store.erase("acme", "u1") == 1
+            (entry,) = ledger.entries()
+    assert (entry.kind, entry.deleted) == ("erase", 1)
 
 
 class _LedgeredOnPostgres(MemoryStoreContract):
