@@ -27,6 +27,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import ExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import ClassVar, NoReturn
 
@@ -44,9 +45,10 @@ from psych_runtime.memory.ledger import (
     LedgerKey,
     LedgerUnavailableError,
     open_ledger,
+    reapply,
     with_ledger,
 )
-from psych_runtime.memory.port import MemoryKey, MemoryStore
+from psych_runtime.memory.port import ExpiresFacts, Memory, MemoryKey, MemoryStore
 
 # The most server connections the pooler opens per database and role.
 _POOLED = 2
@@ -340,6 +342,44 @@ def test_a_pooler_in_statement_mode_is_refused_by_name(
             pass
         with pytest.raises(LedgerError, match=rule):
             open_ledger(url, key, create=False)
+
+
+@pytest.mark.clusters
+@pytest.mark.anyio
+async def test_a_pooled_ledger_is_recorded_reopened_reapplied_and_pruned(
+    postgres_dsn: str, postgres_schema: str, bouncer: Bouncer, key: LedgerKey
+) -> None:
+    # test_postgres's scenarios, every call of the ledger through the pooler.
+    user = str(conninfo_to_dict(postgres_dsn).get("user", "postgres"))
+    url = bouncer.ledger_url(user, postgres_schema)
+    with open_ledger(url, key) as ledger:
+        async with InProcessMemory() as bare:
+            store = with_ledger(bare, ledger)
+            assert isinstance(store, ExpiresFacts)
+            gone = await store.remember("acme", "u1", "x")
+            assert await store.forget("acme", "u1", gone.id) is True
+            assert await store.forget("acme", "u1", "no-such-fact") is False
+            await store.remember("acme", "u2", "y")
+            assert await store.erase("acme", "u2") == 1
+            middle = datetime.now(UTC)
+            await store.remember("acme", "u3", "aging")
+            assert await store.expire("acme", before=datetime.now(UTC)) == 1
+    with open_ledger(url, key, create=False) as again:
+        forget, erase, expire = again.entries()
+        assert [(e.kind, e.deleted) for e in (forget, erase, expire)] == [
+            ("forget", 1),
+            ("erase", 1),
+            ("expire", 1),
+        ]
+        async with InProcessMemory() as restored:
+            await restored.restore(
+                Memory("from-a-backup", MemoryKey("acme", "u2"), "back", erase.recorded_at)
+            )
+            done = await reapply(restored, again)
+            assert (done.entries, done.facts_deleted) == (3, 1)
+        pruned = again.prune(middle)
+        assert (pruned.entries_pruned, pruned.entries_kept) == (2, 1)
+        assert again.entries() == (expire,)
 
 
 def _admin(bouncer: Bouncer, user: str, *commands: str) -> None:
