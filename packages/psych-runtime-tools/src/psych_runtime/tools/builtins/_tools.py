@@ -9,6 +9,7 @@ from typing import Final, cast
 from psych_runtime.memory.port import (
     MemoryKey,
     MemoryStore,
+    RemembersWithinLimit,
     Scope,
     memory_key,
     validate_memory_id,
@@ -202,7 +203,7 @@ class MemoryTools:
     one `ToolLimits` already checked, as ``limits``.
     """
 
-    __slots__ = ("_key", "_limits", "_lock", "_memory", "_remember")
+    __slots__ = ("_key", "_limits", "_lock", "_memory", "_remember", "_within_limit")
 
     def __init__(  # noqa: PLR0913 - the limits are keyword-only options
         self,
@@ -242,7 +243,10 @@ class MemoryTools:
         self._key = key
         self._limits = limits
         self._remember = memory_tool_specs(limits)[0]
-        # Counting and adding must be one step for the tasks of this toolset.
+        # A store that counts and adds as one step of its own keeps the cap
+        # for every caller sharing it; for any other store, counting and
+        # adding are one step for the tasks of this toolset alone.
+        self._within_limit = isinstance(memory, RemembersWithinLimit)
         self._lock = LoopLock()
 
     @property
@@ -302,8 +306,12 @@ class MemoryTools:
         tell the user. The error text never repeats the model's text
         (values, keys nested in them, or argument names it made up).
 
-        Parallel ``remember`` calls on this toolset count and add one at a
-        time, so together they never take the end user past ``max_facts``.
+        Parallel ``remember`` calls never take the end user past
+        ``max_facts``: with a store that is `RemembersWithinLimit`, the store
+        counts and adds as one atomic step, so the cap holds for every
+        caller sharing the store (tasks, toolsets, processes); with any
+        other store, the calls of this toolset count and add one at a time,
+        so the cap holds among them alone.
 
         Args:
             name: The tool the model called: ``"remember"`` or ``"forget"``.
@@ -369,6 +377,14 @@ class MemoryTools:
         if max_facts is None:
             memory = await self._memory.remember(key.tenant, key.end_user_id, content)
             return _success({"remembered": True, "id": memory.id})
+        if self._within_limit:
+            store = cast("RemembersWithinLimit", self._memory)
+            added = await store.remember_within_limit(
+                key.tenant, key.end_user_id, content, max_facts=max_facts
+            )
+            if added is None:
+                return refusal(spec.name, memory_full(max_facts))
+            return _success({"remembered": True, "id": added.id})
         async with self._lock():
             held = await self._memory.recall(key.tenant, key.end_user_id, limit=max_facts)
             if len(held) >= max_facts:
