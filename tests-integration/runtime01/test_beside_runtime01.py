@@ -15,8 +15,9 @@ here. Against it:
   refused on import in one message, and the way out that message names.
 
 It runs once per test run (marker ``runtime01``), with the Python 3.12 it
-finds: the one running the tests, or ``python3.12`` on ``PATH``. Without one
-it is skipped, saying why; under ``CI=true`` that fails it. It reaches the
+finds: the one running the tests, or a ``python3.12`` on ``PATH`` that runs
+(a version manager's shim that refuses is none). Without one it is skipped,
+saying why; under ``CI=true`` that fails it. It reaches the
 registry, and caches nothing outside its temporary folders.
 """
 
@@ -180,16 +181,48 @@ IMPORTS = textwrap.dedent(
 
 
 def _python312() -> str | None:
+    """A Python 3.12 that runs, as the path of its real executable.
+
+    A name on ``PATH`` may be a version manager's shim that answers only
+    when asked for that version (pyenv's exits 127 otherwise): a candidate
+    counts only if it runs and says it is 3.12, and then its real path is
+    used, so that no later call depends on the shim.
+    """
     if sys.version_info[:2] == (3, 12):
         return sys.executable
-    return shutil.which("python3.12")
+    pyenv = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv")
+    installed = sorted(pyenv.glob("versions/3.12*/bin/python3.12"), reverse=True)
+    on_path = shutil.which("python3.12")
+    for candidate in [*([on_path] if on_path else []), *map(str, installed)]:
+        executable = _runs_as_312(candidate)
+        if executable:
+            return executable
+    return None
+
+
+def _runs_as_312(candidate: str) -> str | None:
+    try:
+        answer = subprocess.run(
+            [candidate, "-c", "import sys; print(sys.version_info[:2] == (3, 12), sys.executable)"],
+            cwd=REPOSITORY,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    works, _, executable = answer.stdout.strip().partition(" ")
+    return executable if answer.returncode == 0 and works == "True" and executable else None
 
 
 @pytest.fixture(scope="module")
 def python312(unavailable: Callable[[str], NoReturn]) -> str:
     found = _python312()
     if found is None:
-        unavailable(f"{RUNTIME} {RUNTIME_VERSION} needs Python 3.12, and none is installed")
+        unavailable(
+            f"{RUNTIME} {RUNTIME_VERSION} needs Python 3.12, and no python3.12 on PATH runs"
+        )
     return found
 
 
