@@ -15,13 +15,11 @@ import os
 import signal
 import sys
 from pathlib import Path
-from types import TracebackType
-from typing import Self
 
 import anyio
 
 from psych_runtime.memory.ledger import ledger_key, open_ledger, with_ledger
-from psych_runtime.memory.port import Memory, MemoryStore, Scope
+from psych_runtime.memory.port import Scope, StoreWrapper
 from psych_runtime.memory.sqlite import SqliteMemory
 
 TENANT = "acme"
@@ -32,40 +30,19 @@ def _die() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-class _KilledAt(MemoryStore):
+class _KilledAt(StoreWrapper):
     """The SQLite store, the process killed just before or just after its delete."""
 
+    __slots__ = ("_step",)
+
     def __init__(self, store: SqliteMemory, step: str) -> None:
-        self._store = store
+        super().__init__(store)
         self._step = step
-
-    async def __aenter__(self) -> Self:
-        await self._store.__aenter__()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self._store.__aexit__(exc_type, exc, tb)
-
-    async def aclose(self) -> None:
-        await self._store.aclose()
-
-    async def remember(self, scope: Scope, end_user_id: str, content: str) -> Memory:
-        return await self._store.remember(scope, end_user_id, content)
-
-    async def recall(
-        self, scope: Scope, end_user_id: str, *, limit: int | None = None
-    ) -> tuple[Memory, ...]:
-        return await self._store.recall(scope, end_user_id, limit=limit)
 
     async def forget(self, scope: Scope, end_user_id: str, memory_id: str) -> bool:
         if self._step == "after-intent":
             _die()
-        deleted = await self._store.forget(scope, end_user_id, memory_id)
+        deleted = await self.wrapped.forget(scope, end_user_id, memory_id)
         if self._step == "after-delete":
             _die()
         return deleted
@@ -73,7 +50,7 @@ class _KilledAt(MemoryStore):
     async def erase(self, scope: Scope, end_user_id: str) -> int:
         if self._step == "after-intent":
             _die()
-        deleted = await self._store.erase(scope, end_user_id)
+        deleted = await self.wrapped.erase(scope, end_user_id)
         if self._step == "after-delete":
             _die()
         return deleted

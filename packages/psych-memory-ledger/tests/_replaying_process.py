@@ -16,38 +16,27 @@ import sys
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from pathlib import Path
-from types import TracebackType
-from typing import Self, TypeVar
+from typing import TypeVar, cast
 
 import anyio
 
 from psych_runtime.memory.ledger import ledger_key, open_ledger, reapply
-from psych_runtime.memory.port import Memory, MemoryStore, Scope
+from psych_runtime.memory.port import ExpiresFacts, MemoryStore, Scope, StoreWrapper, wrap_store
 from psych_runtime.memory.sqlite import SqliteMemory
 
 T = TypeVar("T")
 
 
-class _KilledAt(MemoryStore):
+class _KilledAt(StoreWrapper):
     """The SQLite store, the process killed around its KILL_AT-th deletion."""
 
-    def __init__(self, store: SqliteMemory, kill_at: int, when: str) -> None:
-        self._store = store
+    __slots__ = ("_calls", "_kill_at", "_when")
+
+    def __init__(self, store: MemoryStore, kill_at: int, when: str) -> None:
+        super().__init__(store)
         self._kill_at = kill_at
         self._when = when
         self._calls = 0
-
-    async def __aenter__(self) -> Self:
-        await self._store.__aenter__()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self._store.__aexit__(exc_type, exc, tb)
 
     async def _deleting(self, call: Callable[[], Awaitable[T]]) -> T:
         due = self._calls == self._kill_at
@@ -59,36 +48,30 @@ class _KilledAt(MemoryStore):
             os.kill(os.getpid(), signal.SIGKILL)
         return result
 
-    async def remember(self, scope: Scope, end_user_id: str, content: str) -> Memory:
-        return await self._store.remember(scope, end_user_id, content)
-
-    async def recall(
-        self, scope: Scope, end_user_id: str, *, limit: int | None = None
-    ) -> tuple[Memory, ...]:
-        return await self._store.recall(scope, end_user_id, limit=limit)
-
     async def forget(self, scope: Scope, end_user_id: str, memory_id: str) -> bool:
-        return await self._deleting(lambda: self._store.forget(scope, end_user_id, memory_id))
+        return await self._deleting(lambda: self.wrapped.forget(scope, end_user_id, memory_id))
 
     async def erase(self, scope: Scope, end_user_id: str) -> int:
-        return await self._deleting(lambda: self._store.erase(scope, end_user_id))
+        return await self._deleting(lambda: self.wrapped.erase(scope, end_user_id))
 
-    async def tenants(self) -> tuple[str, ...]:
-        return await self._store.tenants()
 
-    async def end_users(self, scope: Scope) -> tuple[str, ...]:
-        return await self._store.end_users(scope)
+class _KilledExpiring(_KilledAt):
+    __slots__ = ()
 
     async def count_expired(self, scope: Scope, *, before: datetime) -> int:
-        return await self._store.count_expired(scope, before=before)
+        return await cast("ExpiresFacts", self.wrapped).count_expired(scope, before=before)
 
     async def expire(self, scope: Scope, *, before: datetime) -> int:
-        return await self._deleting(lambda: self._store.expire(scope, before=before))
+        store = cast("ExpiresFacts", self.wrapped)
+        return await self._deleting(lambda: store.expire(scope, before=before))
+
+
+_KilledAt.capability_mixins = (_KilledExpiring,)
 
 
 async def _main(store_path: str, ledger_url: str, since: str, kill_at: int, when: str) -> None:
     with open_ledger(ledger_url, ledger_key()) as ledger:
-        async with _KilledAt(SqliteMemory(Path(store_path)), kill_at, when) as store:
+        async with wrap_store(_KilledAt, SqliteMemory(Path(store_path)), kill_at, when) as store:
             await reapply(store, ledger, since=datetime.fromisoformat(since))
 
 

@@ -26,13 +26,13 @@ from psych_runtime.memory.ledger import (
     reapply,
     with_ledger,
 )
-from psych_runtime.memory.port import Memory, MemoryStore, Scope
+from psych_runtime.memory.port import Memory, MemoryStore, Scope, StoreWrapper
 from psych_runtime.memory.sqlite import SqliteMemory
 
 pytestmark = pytest.mark.anyio
 
 
-class _LocksTheLedgerAfterErase(MemoryStore):
+class _LocksTheLedgerAfterErase(StoreWrapper):
     """A real store whose erase, once done, leaves the ledger locked by another connection.
 
     What an operator's second process holding ``BEGIN IMMEDIATE`` on the
@@ -40,23 +40,14 @@ class _LocksTheLedgerAfterErase(MemoryStore):
     cannot be written.
     """
 
+    __slots__ = ("holder",)
+
     def __init__(self, store: MemoryStore, ledger_file: Path) -> None:
-        self.store = store
+        super().__init__(store)
         self.holder = sqlite3.connect(ledger_file, isolation_level=None)
 
-    async def remember(self, scope: Scope, end_user_id: str, content: str) -> Memory:
-        return await self.store.remember(scope, end_user_id, content)
-
-    async def recall(
-        self, scope: Scope, end_user_id: str, *, limit: int | None = None
-    ) -> tuple[Memory, ...]:
-        return await self.store.recall(scope, end_user_id, limit=limit)
-
-    async def forget(self, scope: Scope, end_user_id: str, memory_id: str) -> bool:
-        return await self.store.forget(scope, end_user_id, memory_id)
-
     async def erase(self, scope: Scope, end_user_id: str) -> int:
-        deleted = await self.store.erase(scope, end_user_id)
+        deleted = await self.wrapped.erase(scope, end_user_id)
         self.holder.execute("BEGIN IMMEDIATE")
         return deleted
 
