@@ -279,7 +279,7 @@ class PostgresConnection(Connection):
         except psycopg.Error as exc:
             if _statement_mode(exc):
                 raise LedgerError(f"{STATEMENT_MODE}; nothing was pruned") from exc
-            if committing:
+            if committing and self._conn.closed:
                 raise LedgerError(
                     f"the connection to the ledger was lost as the pruning committed"
                     f" ({type(exc).__name__}): it may be done; prune again to know"
