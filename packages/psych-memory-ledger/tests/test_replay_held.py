@@ -26,7 +26,13 @@ from psych_runtime.memory.ledger import (
     reapply,
     with_ledger,
 )
-from psych_runtime.memory.port import Memory, MemoryStore, Scope, StoreWrapper
+from psych_runtime.memory.port import (
+    Memory,
+    MemoryStore,
+    Scope,
+    StoreUnavailableError,
+    StoreWrapper,
+)
 from psych_runtime.memory.sqlite import SqliteMemory
 
 pytestmark = pytest.mark.anyio
@@ -211,3 +217,38 @@ async def _step(
     else:
         snapshot = tuple([m for u in ("u1", "u2") for m in await bare.recall("acme", u)])
         copies.append((datetime.now(UTC), snapshot))
+
+
+class _FailsAfterErasing(StoreWrapper):
+    """A real store whose erase deletes, then fails saying it may have taken effect."""
+
+    __slots__ = ()
+
+    async def erase(self, scope: Scope, end_user_id: str) -> int:
+        await self.wrapped.erase(scope, end_user_id)
+        raise StoreUnavailableError("erase", "the connection was lost", may_have_taken_effect=True)
+
+
+async def test_an_intent_without_outcome_is_bounded_when_its_process_closes_the_ledger(
+    ledger_url: str, key: LedgerKey
+) -> None:
+    ledger = open_ledger(ledger_url, key)
+    async with InProcessMemory() as bare:
+        store = with_ledger(_FailsAfterErasing(bare), ledger)
+        await store.remember("acme", "u1", "x")
+        with pytest.raises(StoreUnavailableError, match="may have taken effect"):
+            await store.erase("acme", "u1")
+        (pending,) = ledger.entries()
+        assert (pending.deleted, pending.done_at) == (None, None)
+        # Pending, it is kept by a prune however late.
+        assert ledger.prune(datetime.now(UTC)).entries_pruned == 0
+    closed_before = datetime.now(UTC)
+    ledger.close()
+    with open_ledger(ledger_url, key) as reopened:
+        (bounded,) = reopened.entries()
+        assert bounded.deleted is None
+        assert bounded.done_at is not None
+        assert closed_before <= bounded.done_at <= datetime.now(UTC)
+        # A copy taken after the bound lacks what it may have deleted.
+        assert reopened.entries(since=datetime.now(UTC)) == ()
+        assert reopened.prune(datetime.now(UTC)).entries_pruned == 1

@@ -40,13 +40,16 @@ class LedgerEntry:
         fact_id: The fact's id for a ``"forget"``, otherwise ``None``.
         recorded_at: When the intent was recorded, before the store deleted
             anything; timezone-aware, in UTC.
-        deleted: How many facts the store deleted, or ``None`` while the
-            entry is an intent whose outcome was never recorded (the process
-            stopped, or the ledger could not be written, after the intent).
+        deleted: How many facts the store deleted, or ``None`` when that
+            is not known: an intent whose outcome was never recorded (the
+            process stopped after the intent, or its store failed saying it
+            may have deleted), bounded or not.
         cutoff: For an ``"expire"``, the instant facts were deleted if
             created before (UTC); otherwise ``None``.
-        done_at: When the store's deletion was recorded as done (UTC), or
-            ``None`` for an intent.
+        done_at: The instant the deletion had ended by (UTC): when the store
+            answered, or, for an intent its process bounded when it closed
+            the ledger (see `DeletionLedger.close`), that closing;
+            ``None`` for an intent still pending.
     """
 
     seq: int
@@ -165,6 +168,8 @@ def open_ledger(
 
 
 _OUTCOME: Final = "UPDATE psych_ledger_deletion SET done_at = ?, deleted = ? WHERE seq = ?"
+_WITHDRAW: Final = "DELETE FROM psych_ledger_deletion WHERE seq = ?"
+_BOUND: Final = "UPDATE psych_ledger_deletion SET done_at = ? WHERE seq = ? AND done_at IS NULL"
 
 
 def _id_bytes(fact_id: str | None) -> bytes | None:
@@ -197,7 +202,7 @@ class DeletionLedger:
     business, after every store attached to it is done with it.
     """
 
-    __slots__ = ("_closed", "_conn", "_key", "_location", "_lock", "_unwritten")
+    __slots__ = ("_closed", "_conn", "_key", "_location", "_lock", "_open", "_unwritten")
 
     def __init__(self, conn: Connection, location: Path | tuple[str, str], key: LedgerKey) -> None:
         self._conn = conn
@@ -205,10 +210,13 @@ class DeletionLedger:
         self._key = key
         self._lock = threading.Lock()
         self._closed = False
-        # Outcomes of deletions the store made whose write failed (the
-        # ledger locked or cut off at that moment): (seq, done_at, deleted),
-        # written before anything else this ledger writes, and at close.
-        self._unwritten: list[tuple[int, str, int]] = []
+        # Writes that settle an intent (its outcome, or its withdrawal) and
+        # failed (the ledger locked or cut off at that moment): run before
+        # anything else this ledger writes, and at close.
+        self._unwritten: list[tuple[str, tuple[object, ...]]] = []
+        # Intents this ledger recorded that nothing has settled yet: at
+        # close, when every store attached is done, each is bounded.
+        self._open: set[int] = set()
 
     def __repr__(self) -> str:
         if isinstance(self._location, Path):
@@ -242,11 +250,24 @@ class DeletionLedger:
         self.close()
 
     def close(self) -> None:
-        """Close the file; a deletion through an attached store is then refused. Idempotent."""
+        """Close the ledger; a deletion through an attached store is then refused. Idempotent.
+
+        Close it after every store attached to it is done. First it writes
+        what this process could not write before (an outcome, a withdrawn
+        intent), then it bounds each intent this process recorded whose
+        deletion ended without an outcome (the store failed, saying it may
+        have deleted, or the call was cancelled): ``done_at`` becomes now,
+        ``deleted`` stays ``None``, since no deletion of this process can
+        commit after it. Such an entry can then be pruned like a done one.
+        """
         with self._lock:
             if not self._closed:
                 with suppress(*self._conn.errors):
                     self._write_outcomes()
+                    bound = _now()
+                    for seq in sorted(self._open):
+                        self._conn.run(_BOUND, (bound, seq))
+                        self._open.discard(seq)
                 self._closed = True
                 self._conn.close()
 
@@ -334,11 +355,11 @@ class DeletionLedger:
     # The three writes of a deletion, each its own committed transaction.
 
     def _write_outcomes(self) -> None:
-        # Called with the lock held. Each outcome is removed once written,
-        # so a failure part way keeps exactly those still to write.
+        # Called with the lock held. Each write is removed once made, so a
+        # failure part way keeps exactly those still to make.
         while self._unwritten:
-            seq, done_at, deleted = self._unwritten[0]
-            self._conn.run(_OUTCOME, (done_at, deleted, seq))
+            statement, parameters = self._unwritten[0]
+            self._conn.run(statement, parameters)
             del self._unwritten[0]
 
     def _write(self, operation: str, statement: str | None, parameters: tuple[object, ...]) -> int:
@@ -370,7 +391,7 @@ class DeletionLedger:
         fact_id: str | None,
         cutoff: datetime | None = None,
     ) -> int:
-        return self._write(
+        seq = self._write(
             kind,
             None,
             (
@@ -382,6 +403,9 @@ class DeletionLedger:
                 _now(),
             ),
         )
+        with self._lock:
+            self._open.add(seq)
+        return seq
 
     def _done(self, kind: Kind, seq: int, deleted: int) -> None:
         if kind == "forget" and not deleted:
@@ -390,16 +414,20 @@ class DeletionLedger:
             self._drop(kind, seq)
             return
         # The instant the store answered: its deletion committed before it.
-        done_at = _now()
+        self._settle(kind, seq, _OUTCOME, (_now(), deleted, seq))
+
+    def _drop(self, kind: Kind, seq: int) -> None:
+        self._settle(kind, seq, _WITHDRAW, (seq,))
+
+    def _settle(self, kind: Kind, seq: int, statement: str, parameters: tuple[object, ...]) -> None:
+        with self._lock:
+            self._open.discard(seq)
         try:
-            self._write(kind, _OUTCOME, (done_at, deleted, seq))
+            self._write(kind, statement, parameters)
         except LedgerUnavailableError:
             with self._lock:
                 if not self._closed:
                     # Kept, and written by the next write of this ledger or
                     # at its close: an intent left pending is kept forever.
-                    self._unwritten.append((seq, done_at, deleted))
+                    self._unwritten.append((statement, parameters))
             raise
-
-    def _drop(self, kind: Kind, seq: int) -> None:
-        self._write(kind, "DELETE FROM psych_ledger_deletion WHERE seq = ?", (seq,))
