@@ -9,6 +9,7 @@ CHANGELOG.md has a section for it with at least one entry; build the sdist
 and the wheel in the distribution's folder; validate their metadata with
 ``twine check --strict`` (which also renders the README as the package
 index will) and require the Documentation, Source and Changelog URLs;
+check that the README describes its own distribution alone (_readme.py);
 check their contents (every file of the wheel in a leaf package and tracked
 by git, nothing at a namespace level, the licence in both); run the
 API-break gate; and print the tag name.
@@ -32,6 +33,7 @@ from pathlib import Path
 
 import _artifacts
 import _changelog
+import _readme
 import api_gate
 from _report import Report
 from _repository import ROOT, Distribution, discover, git, released_versions
@@ -56,6 +58,7 @@ def check(root: Path, distribution: Distribution, *, ci: bool) -> Report:
     _check_version(root, distribution, version, report, ci=ci)
     _check_changelog(root, distribution, version, report, ci=ci)
     _check_urls(distribution, report)
+    _readme.check(root, distribution, discover(root), report)
     with tempfile.TemporaryDirectory(prefix="release-") as scratch:
         built = _artifacts.build(distribution, Path(scratch), report)
         if built is not None:

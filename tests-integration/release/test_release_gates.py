@@ -147,7 +147,11 @@ def repo(tmp_path: Path) -> Repo:
     made.git("config", "commit.gpgsign", "false")
     made.git("config", "tag.gpgsign", "false")
     made.write("pyproject.toml", PYPROJECT)
-    made.write("README.md", "# demo-greetings\n\nGreetings, released on their own.\n")
+    made.write(
+        "README.md",
+        "# demo-greetings\n\nGreetings, released on their own.\n\n"
+        "```console\n$ pip install demo-greetings\n```\n",
+    )
     made.write("LICENSE", "MIT License\n\nCopyright (c) the maintainers\n")
     made.write(f"{LEAF}/__init__.py", API)
     made.write(f"{LEAF}/py.typed", "")
