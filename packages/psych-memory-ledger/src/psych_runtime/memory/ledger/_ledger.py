@@ -121,7 +121,9 @@ def open_ledger(
     Args:
         url: ``sqlite:///relative/path``, ``sqlite:////absolute/path``, or
             ``postgresql://...?schema=NAME`` (a schema of its own, created
-            if missing).
+            if missing; the query may also hold ``prepare_threshold``, a
+            whole number or ``none`` behind a pooler in transaction mode,
+            and libpq's connection parameters).
         key: The operator's secret; a ledger keeps a check value of the key
             it was created with and refuses any other.
         busy_timeout: Seconds a write waits for another writer (SQLite) or
@@ -133,11 +135,16 @@ def open_ledger(
     Raises:
         TypeError: An argument has the wrong type.
         InvalidInputError: ``url`` is not a SQLite URL naming a file or a
-            PostgreSQL URL naming a schema, or ``busy_timeout`` is negative.
+            PostgreSQL URL naming a schema once, a PostgreSQL URL has an
+            option that is neither the ledger's nor libpq's, its schema
+            holds a psych-memory store (nothing is created there), or
+            ``busy_timeout`` is negative.
         LedgerKeyMismatchError: The ledger was created with another key.
         LedgerNotFoundError: ``create`` is false and no ledger exists at
             ``url`` (nothing was created).
-        LedgerError: The ledger cannot be opened or is not a ledger.
+        LedgerError: The ledger cannot be opened or is not a ledger, or a
+            PostgreSQL ledger is behind a pooler in statement mode, which
+            cannot run its transactions.
     """
     location = _location(url)
     if not isinstance(key, LedgerKey):
