@@ -21,7 +21,8 @@ fails when
   a framework package's name, which contains its framework's name: such a
   pointer belongs in the documentation, not on a package's page.
 
-Words are matched whole, case-insensitively, code blocks included.
+The whole text is read, code blocks included. An import path is matched
+exactly; a framework's words whole, in any case.
 
 The release check runs this on each distribution it checks; on its own,
 
