@@ -354,6 +354,119 @@ async def test_a_store_that_may_prepare_is_refused_at_open_behind_pgbouncer(
         assert "prepare_threshold=None" in str(caught.value)
 
 
+# -- behind PgBouncer in session mode -----------------------------------------
+
+# A pooler in session mode lends each client a server connection for as long
+# as it stays connected, idle or not; with query_wait_timeout = 0 it never
+# tells a client waiting for one that none came. One server connection.
+_SESSION_MODE: dict[str, object] = {
+    "pool_mode": "session",
+    "default_pool_size": 1,
+    "query_wait_timeout": 0,
+}
+
+
+@pytest.mark.clusters
+@pytest.mark.anyio
+async def test_tasks_at_once_behind_a_session_pooler_are_all_served(
+    start_pooler: Callable[..., AbstractContextManager[Pooler]], schema: str
+) -> None:
+    # The pool's idle connection keeps the pooler's only server connection,
+    # so a connection the pool opens for more tasks would wait for another
+    # one for ever, and the calls given it with it. A connection joins the
+    # pool only once a server serves it: the tasks take turns on the one
+    # that is served, and none hangs. (Each reads first: a read in flight
+    # can be interrupted, so a hang fails the test rather than stalling it.)
+    with start_pooler(**_SESSION_MODE) as pooler, anyio.fail_after(60):
+        async with PostgresMemory.connect(
+            pooler.dsn, schema=schema, prepare_threshold=None
+        ) as store:
+            await store.setup()
+            first = await store.remember("acme", "u0", "first")
+            seen: dict[int, tuple[object, ...]] = {}
+
+            async def user(n: int) -> None:
+                seen[n] = await store.recall("acme", "u0")
+                await store.remember("acme", f"u{n + 1}", "later")
+
+            async with anyio.create_task_group() as group:
+                for n in range(8):
+                    group.start_soon(user, n)
+            assert seen == dict.fromkeys(range(8), (first,))
+            for n in range(8):
+                assert [m.content for m in await store.recall("acme", f"u{n + 1}")] == ["later"]
+
+
+@pytest.mark.clusters
+@pytest.mark.anyio
+async def test_a_call_behind_a_session_pooler_with_every_server_held_ends_in_its_bound(
+    start_pooler: Callable[..., AbstractContextManager[Pooler]],
+    schema: str,
+    backdoor: Backdoor,
+    postgres_dsn: str,
+) -> None:
+    # The pool's one connection, and with it the pooler's one server
+    # connection, is held by a remember waiting on a lock. Another call
+    # waits pool_timeout for the pool, then opens a connection of its own,
+    # which the pooler would keep waiting for ever: after pool_timeout more
+    # the call ends, saying it changed nothing, forget included.
+    name = f"psych-session-{uuid4().hex[:12]}"
+    with start_pooler(**_SESSION_MODE) as pooler:
+        url = pooler.url(
+            schema=schema, max_size="1", pool_timeout="1", lock_timeout="60",
+            statement_timeout="60", application_name=name,
+        )  # fmt: skip
+        async with open_url(url) as store:
+            kept = await store.remember("acme", "u1", "kept")
+            locker = await anyio.to_thread.run_sync(partial(psycopg.connect, postgres_dsn))
+            try:
+                lock = sql.SQL("LOCK TABLE {} IN SHARE MODE").format(backdoor.table)
+                await anyio.to_thread.run_sync(locker.execute, lock)
+                async with anyio.create_task_group() as group:
+                    group.start_soon(store.remember, "acme", "u2", "waited")
+                    await backdoor.wait_for_backend(name, "wait_event_type = 'Lock'")
+                    with anyio.fail_after(30):
+                        with pytest.raises(StoreUnavailableError) as read:
+                            await store.recall("acme", "u1")
+                        with pytest.raises(StoreUnavailableError) as deleted:
+                            await store.forget("acme", "u1", kept.id)
+                    await anyio.to_thread.run_sync(locker.close)
+            finally:
+                await anyio.to_thread.run_sync(locker.close)
+            for caught in (read, deleted):
+                assert caught.value.may_have_taken_effect is False
+                assert "pooler" in caught.value.reason
+            assert await store.recall("acme", "u1") == (kept,)
+            assert [m.content for m in await store.recall("acme", "u2")] == ["waited"]
+
+
+@pytest.mark.clusters
+@pytest.mark.anyio
+async def test_opening_behind_a_session_pooler_with_every_server_held_ends_in_its_bound(
+    start_pooler: Callable[..., AbstractContextManager[Pooler]], schema: str
+) -> None:
+    # Another client keeps the pooler's only server connection: opening
+    # waits pool_timeout for its first connection, twice at most, and says
+    # it could not; once the other client leaves, the store opens.
+    with start_pooler(**_SESSION_MODE) as pooler:
+        holder = await anyio.to_thread.run_sync(_hold_the_server, pooler.dsn)
+        try:
+            with anyio.fail_after(30), pytest.raises(StoreUnavailableError) as caught:
+                async with PostgresMemory.connect(
+                    pooler.dsn, schema=schema, prepare_threshold=None, pool_timeout=1
+                ):
+                    pass
+        finally:
+            await anyio.to_thread.run_sync(holder.close)
+        assert caught.value.may_have_taken_effect is False
+        assert "pooler" in str(caught.value)
+        async with PostgresMemory.connect(
+            pooler.dsn, schema=schema, prepare_threshold=None, pool_timeout=1
+        ) as store:
+            await store.setup()
+            assert await store.recall("acme", "u1") == ()
+
+
 def _hold_the_server(dsn: str) -> psycopg.Connection[Any]:
     # A transaction left open keeps the pooler's server connection lent.
     conn = psycopg.connect(dsn, prepare_threshold=None)

@@ -35,7 +35,7 @@ from psycopg_pool import PoolClosed
 from psych_runtime.memory.port import store_events
 
 from ._errors import StoreUnavailableError
-from ._translate import translate
+from ._translate import NoServerInTime, translate
 
 __all__ = [
     "ATTEMPTS",
@@ -114,8 +114,11 @@ def replays(  # noqa: PLR0913 - what the attempt got to, each a keyword of its o
     if attempt >= ATTEMPTS:
         return False
     if not connected:
-        # Nothing was sent; a closed pool stays closed.
-        if isinstance(exc, PoolClosed):
+        # Nothing was sent; a closed pool stays closed. A connection opened
+        # for the call that a pooler gave no server connection in the pool's
+        # wait bound ends the call: it has waited for a connection twice
+        # that bound, which is its promise.
+        if isinstance(exc, PoolClosed | NoServerInTime):
             return False
         reason = "no connection"
     elif _harmless_replay(call, exc, broken=broken, sent=sent):

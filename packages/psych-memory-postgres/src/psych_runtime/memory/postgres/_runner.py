@@ -31,9 +31,11 @@ Rules kept here, for every call:
 from __future__ import annotations
 
 import asyncio
+import selectors
 import sys
 import threading
-from collections.abc import Callable, Coroutine, Iterator, Sequence
+import time
+from collections.abc import Callable, Coroutine, Generator, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
 from typing import Any, Final, NoReturn, TypeAlias, TypeVar
 
@@ -51,6 +53,7 @@ from psycopg import (
 from psycopg.errors import (
     InvalidSqlStatementName,
     ReadOnlySqlTransaction,
+    error_from_result,
 )
 from psycopg.pq import ConnStatus, ExecStatus
 from psycopg.pq.abc import PGconn
@@ -68,13 +71,17 @@ from ._replays import (
     replay_settings,
     replays,
 )
-from ._translate import never_reached_server
+from ._translate import NoServerInTime, never_reached_server
 
 __all__ = [
     "RECONNECT_TIMEOUT",
     "LazyPool",
     "Pool",
     "Runner",
+    "Served",
+    "ServedAsync",
+    "await_server_async",
+    "await_server_sync",
     "local_bounds",
     "revive",
     "revive_async",
@@ -455,7 +462,9 @@ async def _take_async(pool: AsyncConnectionPool[Any], *, fresh: bool) -> AsyncCo
     # call would pay; `_give_back_async` is the other half.
     settings = replay_settings(pool.conninfo, pool.kwargs, fresh=fresh)
     if settings is not None:
-        return await AsyncConnection.connect(settings[0], **settings[1])
+        opened = await AsyncConnection.connect(settings[0], **settings[1])
+        await await_server_async(opened, pool.timeout)
+        return opened
     conn: AsyncConnection[Any]
     for _ in range(pool.max_size):
         conn = await pool.getconn()
@@ -492,14 +501,149 @@ def _connection_sync(
     settings = replay_settings(pool.conninfo, pool.kwargs, fresh=fresh)
     if settings is None:
         return pool.connection()
-    return _fresh_sync(*settings)
+    return _fresh_sync(*settings, pool.timeout)
 
 
 @contextmanager
-def _fresh_sync(conninfo: str, kwargs: dict[str, Any]) -> Iterator[Connection[Any]]:
+def _fresh_sync(conninfo: str, kwargs: dict[str, Any], wait: float) -> Iterator[Connection[Any]]:
     fresh = Connection.connect(conninfo, **kwargs)
+    await_server_sync(fresh, wait)
     with fresh:
         yield fresh
+
+
+# -- a server behind the connection, within a bound -------------------------
+
+
+def await_server_sync(
+    conn: Connection[Any], wait: float, pool: ConnectionPool[Any] | None = None
+) -> None:
+    """Return once ``conn`` is served by a server, within ``wait`` seconds; else close it.
+
+    An empty query, which a server answers at once at no cost: a pooler in
+    front of it answers only once it lends the connection a server
+    connection, which in session mode may never come (see
+    `NoServerInTime`). The store's own pools run it on each connection
+    they open (`Served`), and a call on each connection opened for it: one
+    round trip a connection, none a call. The wait also ends when ``pool``
+    closes.
+
+    Raises:
+        NoServerInTime: No answer within ``wait`` seconds.
+        psycopg.Error: The connection failed, or the pooler refused.
+    """
+    deadline = time.monotonic() + wait
+    try:
+        with selectors.DefaultSelector() as selector:
+            for event in _empty_query(conn.pgconn):
+                socket = conn.pgconn.socket
+                selector.register(socket, event)
+                while not selector.select(min(_GLANCE, deadline - time.monotonic())):
+                    _waited(wait, time.monotonic() >= deadline, pool)
+                selector.unregister(socket)
+    except BaseException:
+        conn.close()
+        raise
+
+
+async def await_server_async(
+    conn: AsyncConnection[Any], wait: float, pool: AsyncConnectionPool[Any] | None = None
+) -> None:
+    """`await_server_sync` on asyncio."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait
+    try:
+        for event in _empty_query(conn.pgconn):
+            while not await _ready(
+                loop, conn.pgconn.socket, event, min(_GLANCE, deadline - loop.time())
+            ):
+                _waited(wait, loop.time() >= deadline, pool)
+    except BaseException:
+        await conn.close()
+        raise
+
+
+# How often a connection waiting for a server looks whether its pool closed.
+_GLANCE: Final = 0.25
+
+
+class Served:
+    """``configure`` of the store's own synchronous pools: see `await_server_sync`.
+
+    The wait for a server ends when the pool closes, so closing never
+    waits for it.
+    """
+
+    __slots__ = ("pool", "wait")
+
+    def __init__(self, wait: float) -> None:
+        self.wait = wait
+        self.pool: ConnectionPool[Any] | None = None
+
+    def __call__(self, conn: Connection[Any]) -> None:
+        await_server_sync(conn, self.wait, self.pool)
+
+
+class ServedAsync:
+    """`Served` for the store's asynchronous pool."""
+
+    __slots__ = ("pool", "wait")
+
+    def __init__(self, wait: float) -> None:
+        self.wait = wait
+        self.pool: AsyncConnectionPool[Any] | None = None
+
+    async def __call__(self, conn: AsyncConnection[Any]) -> None:
+        await await_server_async(conn, self.wait, self.pool)
+
+
+def _waited(wait: float, past: bool, pool: Pool | None) -> None:  # noqa: FBT001 - internal
+    # Raises once the wait for a server is over: its bound passed, or the
+    # pool the connection was to join closed.
+    if pool is not None and pool.closed:
+        raise PoolClosed("the pool closed while its new connection waited for a server")
+    if past:
+        raise NoServerInTime(
+            f"no answer from the server within {wait:g} s: a connection pooler in front "
+            "of it lent no server connection"
+        )
+
+
+def _empty_query(pgconn: PGconn) -> Generator[int, None, None]:
+    # Sends the empty query and reads its answer, yielding the event
+    # (selectors' EVENT_READ or EVENT_WRITE) to wait for whenever libpq
+    # must. A pooler's refusal is raised as psycopg's error.
+    pgconn.send_query(b"")
+    while pgconn.flush():
+        yield selectors.EVENT_WRITE
+    while True:
+        pgconn.consume_input()
+        if not pgconn.is_busy():
+            break
+        yield selectors.EVENT_READ
+    refused = None
+    while (result := pgconn.get_result()) is not None:
+        if result.status == ExecStatus.FATAL_ERROR and refused is None:
+            refused = result
+    if refused is not None:
+        raise error_from_result(refused)
+
+
+async def _ready(loop: asyncio.AbstractEventLoop, socket: int, event: int, wait: float) -> bool:
+    ready: asyncio.Future[None] = loop.create_future()
+
+    def wake() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    reading = event == selectors.EVENT_READ
+    (loop.add_reader if reading else loop.add_writer)(socket, wake)
+    try:
+        done, _ = await asyncio.wait((ready,), timeout=wait)
+    finally:
+        (loop.remove_reader if reading else loop.remove_writer)(socket)
+        ready.cancel()
+    return bool(done)
 
 
 async def _converse_async(

@@ -53,6 +53,10 @@ from ._runner import (
     LazyPool,
     Pool,
     Runner,
+    Served,
+    ServedAsync,
+    await_server_async,
+    await_server_sync,
     revive,
     revive_async,
     running_loop,
@@ -274,7 +278,12 @@ class PostgresMemory(MemoryStore):
         connections. A call the pool gave no connection within
         ``pool_timeout`` sent nothing: it is replayed on a connection
         opened for it, and, if that cannot be opened, waits for the pool
-        once more.
+        once more. A connection joins the pool, and one opened for a call
+        serves it, only once the server answered an empty query on it
+        within ``pool_timeout``: behind a pooler in session mode, which
+        may keep a new connection waiting for a server connection for
+        ever, the call ends with `StoreUnavailableError`
+        (``may_have_taken_effect=False``) instead.
 
         After the block the store is closed: its calls raise
         ``StoreClosedError``.
@@ -320,10 +329,14 @@ class PostgresMemory(MemoryStore):
         statement_timeout = _seconds(statement_timeout, "statement_timeout")
         lock_timeout = _seconds(lock_timeout, "lock_timeout")
         kwargs: dict[str, Any] = {"autocommit": True, "prepare_threshold": threshold}
+        libpq = _libpq_settings(conninfo)
+        if "connect_timeout" not in libpq and "PGCONNECT_TIMEOUT" not in os.environ:
+            # Opening a connection waits no longer than for a free one.
+            kwargs["connect_timeout"] = _connect_timeout(pool_timeout)
         held: dict[str, int] = {}
         if threshold is not None:
             held = session_bounds(statement_timeout, lock_timeout)
-            given = _libpq_settings(conninfo).get("options") or os.environ.get("PGOPTIONS")
+            given = libpq.get("options") or os.environ.get("PGOPTIONS")
             session = session_options(given, held)
             if session is not None:
                 kwargs["options"] = session
@@ -340,12 +353,12 @@ class PostgresMemory(MemoryStore):
         }
         bounds = {"statement_timeout": statement_timeout, "lock_timeout": lock_timeout}
         home = running_loop()
+        # A connection joins the pool once a server serves it: behind a
+        # pooler in session mode, one that would wait for a server
+        # connection (all held, the pool's own idle ones included) is
+        # dropped after the wait bound, never handed to a call.
         if home is None:
-            threaded = cls(
-                ConnectionPool(conninfo, reconnect_failed=revive, **options),
-                schema=schema,
-                **bounds,
-            )
+            threaded = cls(_served_pool(conninfo, pool_timeout, options), schema=schema, **bounds)
             if threshold is not None:
                 threaded._runner.bound_by_session()
             async with _opened(threaded, conninfo, pool_timeout, kwargs, held):
@@ -354,14 +367,13 @@ class PostgresMemory(MemoryStore):
         # On asyncio: psycopg's asynchronous pool, no thread hop. Calls from
         # another event loop (a thread running its own) get a synchronous
         # pool of the same settings, opened only if that ever happens.
-        fallback = LazyPool(
-            partial(ConnectionPool, conninfo, reconnect_failed=revive, **options), pool_timeout
+        fallback = LazyPool(partial(_served_pool, conninfo, pool_timeout, options), pool_timeout)
+        served = ServedAsync(pool_timeout)
+        pool = AsyncConnectionPool(
+            conninfo, reconnect_failed=revive_async, configure=served, **options
         )
-        store = cls(
-            AsyncConnectionPool(conninfo, reconnect_failed=revive_async, **options),
-            schema=schema,
-            **bounds,
-        )
+        served.pool = pool
+        store = cls(pool, schema=schema, **bounds)
         store._runner.belong_to(home, fallback)
         if threshold is not None:
             # Its connections serve this store alone: they carry the bounds.
@@ -880,14 +892,15 @@ async def _first_connection(
     settings = _libpq_settings(conninfo)
     bound = dict(kwargs)
     if "connect_timeout" not in settings:
-        bound["connect_timeout"] = max(2, math.ceil(wait))
+        bound["connect_timeout"] = _connect_timeout(wait)
     try:
         if running_loop() is not None:
             async with await AsyncConnection.connect(conninfo, **bound) as conn:
+                await await_server_async(conn, wait)
                 cursor = await conn.execute(_BOUNDS_HELD, prepare=False)
                 held = await cursor.fetchall()
         else:
-            held = await anyio.to_thread.run_sync(partial(_bounds_held, conninfo, bound))
+            held = await anyio.to_thread.run_sync(partial(_bounds_held, conninfo, bound, wait))
     except psycopg.Error as exc:
         said = _redacted(str(exc), settings.get("password"))
         if "FATAL:" in said and not any(words in said for words in _PASSING_REFUSALS):
@@ -909,8 +922,9 @@ _BOUNDS_HELD: Final = (
 )
 
 
-def _bounds_held(conninfo: str, bound: dict[str, Any]) -> list[tuple[int, int]]:
+def _bounds_held(conninfo: str, bound: dict[str, Any], wait: float) -> list[tuple[int, int]]:
     with Connection.connect(conninfo, **bound) as conn:
+        await_server_sync(conn, wait)
         return conn.execute(_BOUNDS_HELD, prepare=False).fetchall()
 
 
@@ -926,6 +940,20 @@ def _check_session_bounds(bounds: dict[str, int], held: dict[str, int]) -> None:
                 "the store and the server dropped them; behind a pooler in transaction mode, "
                 "open the store with prepare_threshold=None"
             )
+
+
+def _served_pool(conninfo: str, wait: float, options: dict[str, Any]) -> ConnectionPool[Any]:
+    # The store's own synchronous pool, whose connections join it once a
+    # server serves them (see `Served`).
+    served = Served(wait)
+    pool = ConnectionPool(conninfo, reconnect_failed=revive, configure=served, **options)
+    served.pool = pool
+    return pool
+
+
+def _connect_timeout(wait: float) -> int:
+    # libpq's connect_timeout is whole seconds, and at least 2.
+    return max(2, math.ceil(wait))
 
 
 def _libpq_settings(conninfo: str) -> dict[str, Any]:

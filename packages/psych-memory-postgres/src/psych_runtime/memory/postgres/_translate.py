@@ -19,7 +19,7 @@ from psych_runtime.memory.port import MemoryStoreError
 from ._errors import PostgresMemoryError, SchemaVersionError, StoreUnavailableError
 from ._schema import SCHEMA_VERSION
 
-__all__ = ["never_reached_server", "translate"]
+__all__ = ["NoServerInTime", "never_reached_server", "translate"]
 
 # What PgBouncer says, with SQLSTATE 08P01, before it closes a client that
 # waited for a server connection and never got one: the statement reached
@@ -32,6 +32,19 @@ _POOLER_NEVER_SENT: Final = frozenset(
         "server login has been failing, try again later (server_login_retry)",
     }
 )
+
+
+class NoServerInTime(psycopg.OperationalError):
+    """A new connection got no answer to an empty query within the pool's wait bound.
+
+    A server answers one at once. A pooler in front of it answers only once
+    it lends the connection a server connection: in session mode, where
+    each of its clients keeps one for as long as it stays connected, none
+    may come while other clients (idle ones included) hold every one, and
+    with PgBouncer's ``query_wait_timeout = 0`` the pooler never says so.
+    The connection is closed: nothing was sent on it but the empty query.
+    """
+
 
 # The server says the tables (or their schema) are not there: dropped under
 # a running store, or never set up.
@@ -51,6 +64,13 @@ _TRANSIENT_CLASSES: Final = frozenset({"08", "40", "53", "57", "58"})
 # connection, or the server rolled its statement back.
 _REASONS: Final[tuple[tuple[type[psycopg.Error], str], ...]] = (
     (PoolTimeout, "no connection of the pool became free within its wait bound"),
+    (
+        NoServerInTime,
+        (
+            "the connection pooler gave a connection opened for the call no server "
+            "connection within the pool's wait bound"
+        ),
+    ),
     (PoolClosed, "the psycopg pool is closed"),
     (pg_errors.QueryCanceled, "the statement ran past statement_timeout or was cancelled"),
     (pg_errors.LockNotAvailable, "a lock was not granted within lock_timeout"),
