@@ -306,7 +306,10 @@ class Runner:
                     call, exc, connected=connected, broken=broken, sent=sent, attempt=attempt
                 ):
                     self._fail(call, exc, broken=broken, sent=sent)
-                own = fresh_next(fresh=own, connected=connected)
+                # A connection opened for the attempt that the pooler
+                # refused a server connection (its query_wait_timeout)
+                # was opened: the next attempt opens one too.
+                own = fresh_next(fresh=own, connected=connected or never_reached_server(exc))
             else:
                 return result
         raise AssertionError("unreachable: the last attempt raises")  # pragma: no cover
@@ -350,7 +353,10 @@ class Runner:
                     call, exc, connected=connected, broken=broken, sent=sent, attempt=attempt
                 ):
                     self._fail(call, exc, broken=broken, sent=sent)
-                own = fresh_next(fresh=own, connected=connected)
+                # A connection opened for the attempt that the pooler
+                # refused a server connection (its query_wait_timeout)
+                # was opened: the next attempt opens one too.
+                own = fresh_next(fresh=own, connected=connected or never_reached_server(exc))
         raise AssertionError("unreachable: the last attempt raises")  # pragma: no cover
 
     def _fail(self, call: Call[Any], exc: psycopg.Error, *, broken: bool, sent: bool) -> NoReturn:
