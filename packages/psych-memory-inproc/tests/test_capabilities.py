@@ -349,3 +349,21 @@ async def test_a_key_gone_before_its_turn_is_skipped(memory: InProcessMemory) ->
     # What expire does for a key erased between its snapshot and its deletion.
     with memory._lock:
         assert memory._expire_locked(key, ids, WHEN + timedelta(days=1)) == 0
+
+
+async def test_remember_within_limit_checks_input_then_refuses_a_closed_store(
+    memory: InProcessMemory,
+) -> None:
+    # Input is checked as remember checks it (key, content), then max_facts.
+    with pytest.raises(InvalidKeyError):
+        await memory.remember_within_limit("acme", " ", "\x00", max_facts=-1)
+    with pytest.raises(InvalidContentError):
+        await memory.remember_within_limit("acme", "u1", "\x00", max_facts=-1)
+    with pytest.raises(InvalidInputError, match="max_facts"):
+        await memory.remember_within_limit("acme", "u1", "fact", max_facts=-1)
+    await memory.aclose()
+    with pytest.raises(InvalidInputError, match="max_facts"):
+        await memory.remember_within_limit("acme", "u1", "fact", max_facts=-1)
+    with pytest.raises(StoreClosedError) as caught:
+        await memory.remember_within_limit("acme", "u1", "fact", max_facts=0)
+    assert caught.value.operation == "remember_within_limit"

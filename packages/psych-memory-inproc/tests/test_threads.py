@@ -137,3 +137,38 @@ def test_threads_emptying_and_refilling_one_key_lose_nothing() -> None:
         thread.join()
     assert misses == [0] * THREADS
     assert anyio.run(memory.recall, "acme", "churn") == ()
+
+
+def test_threads_adding_within_a_limit_never_pass_it() -> None:
+    # Round after round, every thread adds to one fresh key at the same
+    # moment, more often than the limit allows: a count and an add in two
+    # steps let several threads through.
+    memory = InProcessMemory()
+    rounds, limit, calls = 200, 3, 2
+    added = [0] * THREADS
+    start = threading.Barrier(THREADS)
+
+    async def worker(index: int) -> None:
+        for round_ in range(rounds):
+            start.wait()
+            for call in range(calls):
+                content = f"{index}:{call}"
+                user = f"limited-{round_}"
+                if await memory.remember_within_limit("acme", user, content, max_facts=limit):
+                    added[index] += 1
+
+    threads = [
+        threading.Thread(
+            target=anyio.run,
+            args=(worker, index),
+            kwargs={"backend": ("asyncio", "trio")[index % 2]},
+        )
+        for index in range(THREADS)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sum(added) == rounds * limit
+    for round_ in range(rounds):
+        assert len(anyio.run(memory.recall, "acme", f"limited-{round_}")) == limit

@@ -22,6 +22,7 @@ from psych_runtime.memory.port import (
     validate_content,
     validate_cutoff,
     validate_limit,
+    validate_max_facts,
     validate_memory_id,
     validate_page,
     validate_restored,
@@ -36,6 +37,13 @@ __all__ = ["InProcessMemory"]
 
 ERASED_AT_ONCE: Final = STEP
 """An erased key with at most this many facts is taken apart under the lock."""
+
+
+def _new_fact(scope: Scope, end_user_id: str, content: str) -> Memory:
+    # The fact `remember` would add, its input checked as `remember` checks it.
+    key = memory_key(scope, end_user_id)
+    content = validate_content(content)
+    return Memory(new_memory_id(), key, content, datetime.now(UTC))
 
 
 def _unindex(ids: dict[str, Facts] | None, freed: Iterable[str], facts: Facts) -> None:
@@ -73,9 +81,10 @@ class InProcessMemory(MemoryStore):
     `ListsEndUsers` (`tenants`, `end_users`: O(keys in the store)),
     `CountsFacts` (`fact_counts`: O(keys in the store)), `PagesFacts`
     (`recall_page`), `RestoresFacts` (`restore`: O(1); `restore_many`:
-    O(facts given)) and `ExpiresFacts` (`expire`, `count_expired`: O(keys
-    in the store + facts of the tenant), the lock held for steps of at most
-    4,096 facts).
+    O(facts given)), `RemembersWithinLimit` (`remember_within_limit`: O(1),
+    the count and the write in one step under the lock) and `ExpiresFacts`
+    (`expire`, `count_expired`: O(keys in the store + facts of the tenant),
+    the lock held for steps of at most 4,096 facts).
     Restoring needs to know which ids the whole store holds; that index is
     built on the first restore and kept from then on, so a store that never
     restores pays nothing for it.
@@ -107,11 +116,26 @@ class InProcessMemory(MemoryStore):
         return self._facts
 
     async def remember(self, scope: Scope, end_user_id: str, content: str) -> Memory:
-        key = memory_key(scope, end_user_id)
-        content = validate_content(content)
-        memory = Memory(new_memory_id(), key, content, datetime.now(UTC))
+        memory = _new_fact(scope, end_user_id, content)
         with self._lock:
             self._open_table("remember")
+            self._add_locked(memory)
+        return memory
+
+    async def remember_within_limit(
+        self, scope: Scope, end_user_id: str, content: str, *, max_facts: int
+    ) -> Memory | None:
+        """Add a fact unless the key holds ``max_facts``; see `RemembersWithinLimit`.
+
+        The count and the write happen under the store's lock, in one step:
+        O(1), like `remember`.
+        """
+        memory = _new_fact(scope, end_user_id, content)
+        max_facts = validate_max_facts(max_facts)
+        with self._lock:
+            facts = self._open_table("remember_within_limit").get(memory.key)
+            if (0 if facts is None else len(facts)) >= max_facts:
+                return None
             self._add_locked(memory)
         return memory
 
