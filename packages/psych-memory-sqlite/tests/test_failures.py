@@ -30,6 +30,9 @@ Call = Callable[[SqliteMemory], Awaitable[object]]
 
 WRITES: dict[str, Call] = {
     "remember": lambda memory: memory.remember("acme", KEY, SECRET),
+    "remember_within_limit": lambda memory: memory.remember_within_limit(
+        "acme", KEY, SECRET, max_facts=5
+    ),
     "forget": lambda memory: memory.forget("acme", KEY, "0" * 32),
     "erase": lambda memory: memory.erase("acme", KEY),
     "restore": lambda memory: memory.restore(

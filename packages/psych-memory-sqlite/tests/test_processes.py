@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
@@ -18,6 +19,10 @@ from psych_runtime.memory.sqlite import SqliteMemory
 
 WRITER = Path(__file__).with_name("_writer.py")
 PACED_WRITER = Path(__file__).with_name("_paced_writer.py")
+LIMITED_WRITER = Path(__file__).with_name("_limited_writer.py")
+LIMIT = 5
+LIMITED_CALLS = 10  # per end user and per process: twice the limit each
+LIMITED_END_USERS = 10
 DEADLINE = 60.0  # seconds any one child may live
 KILLS = 6
 COUNT = 10_000  # more than any child gets to write before it is killed
@@ -212,6 +217,41 @@ def test_four_processes_remembering_and_forgetting_never_fail(tmp_path: Path) ->
     for end_user in users:
         for index in range(0, count, forget_every):
             assert f"{end_user}:{index}:".encode() not in files
+
+
+def test_two_processes_adding_within_a_limit_at_once_never_pass_it(
+    tmp_path: Path, stored: Callable[[Path, str], int]
+) -> None:
+    db = tmp_path / "limited.sqlite3"
+    anyio.run(create, db)
+    args = (str(db), str(LIMITED_END_USERS), str(LIMITED_CALLS), str(LIMIT))
+    with (
+        bounded_child(LIMITED_WRITER, *args, "asyncio") as left,
+        bounded_child(LIMITED_WRITER, *args, "trio") as right,
+    ):
+        children = (left, right)
+        # Both have opened the file before either begins: a real barrier.
+        for child in children:
+            assert child.stdout is not None
+            assert child.stdout.readline() == "ready\n"
+        for child in children:
+            tell(child, "go")
+        answers: list[list[str]] = []
+        for child in children:
+            assert child.stdout is not None
+            assert child.stderr is not None
+            out, err = child.stdout.read(), child.stderr.read()
+            assert child.wait(timeout=DEADLINE) == 0, err
+            answers += [line.split() for line in out.splitlines()]
+    assert len(answers) == 2 * LIMITED_END_USERS * LIMITED_CALLS
+    added = Counter(answer[1] for answer in answers if answer[0] == "added")
+    for number in range(LIMITED_END_USERS):
+        user = f"user-{number}"
+        # Exactly the limit, and exactly the facts the calls said they added.
+        assert stored(db, user) == LIMIT, user
+        assert added[user] == LIMIT, user
+        ids = {answer[2] for answer in answers if answer[:2] == ["added", user]}
+        assert {fact_id for fact_id, _ in recall_all(db, user)} == ids
 
 
 async def scrub(db: Path) -> bool:

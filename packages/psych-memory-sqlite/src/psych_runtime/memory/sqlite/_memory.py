@@ -30,6 +30,7 @@ from psych_runtime.memory.port import (
     validate_content,
     validate_cutoff,
     validate_limit,
+    validate_max_facts,
     validate_memory_id,
     validate_page,
     validate_restored,
@@ -65,6 +66,12 @@ _INSERT: Final = (
     "INSERT INTO psych_memory_fact (tenant, end_user_id, seq, id, content, created_at) "
     "SELECT ?, ?, coalesce(max(seq), 0) + 1, ?, ?, ? FROM psych_memory_fact "
     "WHERE tenant = ? AND end_user_id = ?"
+)
+# How many facts the key holds, counted up to the bound only: at most that
+# many entries of the key's part of the primary key are read.
+_COUNT_UP_TO: Final = (
+    "SELECT count(*) FROM (SELECT 1 FROM psych_memory_fact "
+    "WHERE tenant = ? AND end_user_id = ? LIMIT ?)"
 )
 _SELECT: Final = (
     "SELECT id, content, created_at FROM psych_memory_fact "
@@ -191,8 +198,10 @@ class SqliteMemory(MemoryStore):
     any size never holds the file for long.
 
     The store also provides the port's `ListsEndUsers`, `CountsFacts`,
-    `PagesFacts`, `RestoresFacts`, `ScrubsDeletions` and `ExpiresFacts`
-    capabilities.
+    `PagesFacts`, `RestoresFacts`, `ScrubsDeletions`, `ExpiresFacts` and
+    `RemembersWithinLimit` capabilities: `remember_within_limit` counts and
+    adds in one write transaction, so a cap on an end user's facts holds
+    across every store and process sharing the file.
 
     Args:
         path: The database file. It is created at open if missing; its
@@ -367,9 +376,35 @@ class SqliteMemory(MemoryStore):
             self._insert(conn, memory)
             return memory
 
-        return await self._run(
-            "remember", lambda conn: self._write_and_empty_log(conn, "remember", insert)
-        )
+        return await self._add("remember", insert)
+
+    async def remember_within_limit(
+        self, scope: Scope, end_user_id: str, content: str, *, max_facts: int
+    ) -> Memory | None:
+        """Add a fact unless the key holds ``max_facts``; see `RemembersWithinLimit`.
+
+        The count and the insert are one write transaction (``BEGIN
+        IMMEDIATE``), so the limit holds across every store and process
+        sharing the file. The count reads at most ``max_facts`` entries of
+        the key's part of the primary key, however many facts it holds.
+
+        Raises:
+            SqliteMemoryError: The file failed, as for every call (see `SqliteMemory`).
+        """
+        key = memory_key(scope, end_user_id)
+        content = validate_content(content)
+        max_facts = validate_max_facts(max_facts)
+        full = (key.tenant, key.end_user_id, max_facts)
+
+        def insert(conn: sqlite3.Connection) -> Memory | None:
+            (held,) = conn.execute(_COUNT_UP_TO, full).fetchone()
+            if held >= max_facts:
+                return None
+            memory = Memory(new_memory_id(), key, content, datetime.now(UTC))
+            self._insert(conn, memory)
+            return memory
+
+        return await self._add("remember_within_limit", insert)
 
     async def forget(self, scope: Scope, end_user_id: str, memory_id: str) -> bool:
         """Delete one fact (see `MemoryStore.forget`) and wipe its bytes from the files.
@@ -660,6 +695,12 @@ class SqliteMemory(MemoryStore):
     @staticmethod
     def _insert(conn: sqlite3.Connection, memory: Memory) -> None:
         conn.execute(_INSERT, _insert_parameters(memory))
+
+    async def _add(self, operation: str, insert: Callable[[sqlite3.Connection], _T]) -> _T:
+        # A call that adds a fact: ``insert`` in one write transaction.
+        return await self._run(
+            operation, lambda conn: self._write_and_empty_log(conn, operation, insert)
+        )
 
     async def _run(self, operation: str, work: Callable[[sqlite3.Connection], _T]) -> _T:
         # Never abandoned on cancellation: the worker thread finishes the
