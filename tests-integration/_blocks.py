@@ -1,7 +1,8 @@
 """The Python code blocks of Markdown pages: found, and run page by page.
 
-Shared by the tests that run the documentation's examples (the site's pages,
-the READMEs). A page's ```` ```python ```` blocks are its examples, in order:
+For every test that runs the documentation's examples: the site's pages
+here, and a README's, each block a script of its own (``run_page`` of one
+block with ``top_level_await=False``). A page's ```` ```python ```` blocks are its examples, in order:
 each block may use what the blocks above it defined, as a reader pasting them
 one after the other into one session would. A block that is not meant to run
 (a signature, a fragment, one that needs a server or a product this
@@ -173,7 +174,8 @@ try:
         name, text = block["name"], block["page"]
         linecache.cache[name] = (len(text), None, text.splitlines(True), name)
         source = "\n" * (block["line"] - 1) + block["source"]
-        code = compile(source, name, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+        flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT if spec["top_level_await"] else 0
+        code = compile(source, name, "exec", flags=flags)
         if code.co_flags & inspect.CO_COROUTINE:
             loop.run_until_complete(eval(code, namespace))
         else:
@@ -193,12 +195,16 @@ def run_page(  # noqa: PLR0913 - keyword-only settings, each with its default
     python: str | Path = sys.executable,
     env: dict[str, str] | None = None,
     timeout: float = 300,
+    top_level_await: bool = True,
 ) -> subprocess.CompletedProcess[str]:
     """Run the blocks that are not marked, in order, in one process in ``workdir``.
 
     ``prelude`` runs first (named ``<prelude>`` in a traceback): the test's
-    own setting, never the page's. Returns the finished process; its exit
-    status is 0 when every block ran.
+    own setting, never the page's. With ``top_level_await=False`` a block
+    must run as a script would, and an ``await`` outside a function is the
+    ``SyntaxError`` Python raises there (for a README's example, pasted
+    into a file). Returns the finished process; its exit status is 0 when
+    every block ran.
     """
     runnable = [block for block in blocks if block.not_run is None]
     pages = {block.path: block.path.read_text("utf-8") for block in runnable}
@@ -214,7 +220,9 @@ def run_page(  # noqa: PLR0913 - keyword-only settings, each with its default
     ]
     name = runnable[0].path.name if runnable else "page"
     spec = workdir / ".blocks.json"
-    spec.write_text(json.dumps({"name": name, "blocks": specs}), "utf-8")
+    spec.write_text(
+        json.dumps({"name": name, "blocks": specs, "top_level_await": top_level_await}), "utf-8"
+    )
     runner = workdir / ".run_blocks.py"
     runner.write_text(RUNNER, "utf-8")
     return subprocess.run(

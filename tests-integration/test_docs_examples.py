@@ -337,6 +337,17 @@ def test_a_failing_block_fails_the_page_naming_its_line(tmp_path: Path) -> None:
     assert "AssertionError: 41" in finished.stderr
 
 
+def test_a_script_has_no_top_level_await_when_told(tmp_path: Path) -> None:
+    page = _page(tmp_path, "```python\nimport asyncio\n\nawait asyncio.sleep(0)\n```\n")
+    workdir = tmp_path / "run"
+    workdir.mkdir()
+    blocks = extract(page)
+    assert run_page(blocks, workdir=workdir, root=tmp_path).returncode == 0
+    finished = run_page(blocks, workdir=workdir, root=tmp_path, top_level_await=False)
+    assert finished.returncode == 1
+    assert "SyntaxError: 'await' outside function" in finished.stderr
+
+
 def test_blocks_share_names_and_a_loop_and_run_offline(tmp_path: Path) -> None:
     page = _page(
         tmp_path,
