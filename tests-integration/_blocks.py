@@ -4,10 +4,10 @@ For every test that runs the documentation's examples: the site's pages
 here, and a README's, each block a script of its own (``run_page`` of one
 block with ``top_level_await=False``). A page's ```` ```python ```` blocks
 are its examples, in order: each block may use what the blocks above it
-defined, as a reader pasting them one after the other into one session would. A block that is not meant to run
-(a signature, a fragment, one that needs a server or a product this
-repository does not install) says so in the page, visibly, with an HTML
-comment right before its fence::
+defined, as a reader pasting them one after the other into one session
+would. A block that is not meant to run (a signature, a fragment, one that
+needs a server or a product this repository does not install) says so in
+the page, visibly, with an HTML comment right before its fence::
 
     <!-- not run: a fragment; `handle` stands for your code -->
 
