@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 import pytest_asyncio
 from langchain.agents import create_agent
@@ -26,7 +27,14 @@ from pydantic import Field
 
 from psych_runtime.memory.port import memory_key
 from psych_runtime.memory.sqlite import SqliteMemory
-from psych_runtime.tools.builtins import FORGET, REMEMBER, MemoryTools, ToolLimits
+from psych_runtime.tools.builtins import (
+    FORGET,
+    REMEMBER,
+    MemoryTools,
+    ToolLimits,
+    memory_full,
+    refusal,
+)
 from psych_runtime.tools.langchain import (
     MemoryContext,
     MemoryMiddleware,
@@ -255,3 +263,65 @@ async def test_plain_tool_node_runs_for_the_configured_user(store: SqliteMemory)
 def test_memory_tools_refuses_what_is_not_a_store() -> None:
     with pytest.raises(TypeError, match="memory must be a MemoryStore"):
         memory_tools(object())  # type: ignore[arg-type]
+
+
+def calls(*contents: str) -> Step:
+    """One model response holding a ``remember`` call per content, run by LangGraph at once."""
+    return lambda _: AIMessage(
+        content="",
+        tool_calls=[
+            {"name": "remember", "args": {"content": content}, "id": f"c{index}"}
+            for index, content in enumerate(contents)
+        ],
+    )
+
+
+async def capped_run(
+    store: SqliteMemory, model: ScriptedModel, user: str, limits: ToolLimits
+) -> dict[str, Any]:
+    agent = create_agent(
+        model, middleware=[MemoryMiddleware(store, limits=limits)], context_schema=MemoryContext
+    )
+    result: dict[str, Any] = await agent.ainvoke(
+        {"messages": [{"role": "user", "content": "Remember these."}]},
+        context=MemoryContext(tenant="acme", end_user_id=user),
+    )
+    return result
+
+
+@pytest.mark.asyncio
+async def test_three_remembers_in_one_response_keep_the_cap(store: SqliteMemory) -> None:
+    # LangChain binds the tools afresh for every call: the cap holds because
+    # the store counts and adds as one step.
+    limits = ToolLimits(max_facts=2)
+    model = scripted(calls("fact one", "fact two", "fact three"), say("Noted."))
+    result = await capped_run(store, model, "alice", limits)
+    answers = tool_messages(result)
+    assert len(answers) == 3
+    full = refusal("remember", memory_full(2)).content
+    assert sorted(m.status for m in answers) == ["error", "success", "success"]
+    assert [m.text for m in answers if m.status == "error"] == [full]
+    stored = await store.recall("acme", "alice")
+    assert len(stored) == 2
+    saved = {json.loads(m.text)["id"] for m in answers if m.status == "success"}
+    assert saved == {fact.id for fact in stored}
+
+
+@pytest.mark.asyncio
+async def test_two_runs_of_one_end_user_at_once_keep_the_cap(store: SqliteMemory) -> None:
+    limits = ToolLimits(max_facts=2)
+    models = [
+        scripted(calls(f"run {index} fact one", f"run {index} fact two"), say("Noted."))
+        for index in range(2)
+    ]
+    results: list[dict[str, Any]] = []
+
+    async def one(model: ScriptedModel) -> None:
+        results.append(await capped_run(store, model, "alice", limits))
+
+    async with anyio.create_task_group() as group:
+        for model in models:
+            group.start_soon(one, model)
+    answers = [m for result in results for m in tool_messages(result)]
+    assert sorted(m.status for m in answers) == ["error", "error", "success", "success"]
+    assert len(await store.recall("acme", "alice")) == 2

@@ -7,6 +7,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractContextManager, asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -221,3 +222,42 @@ def test_a_session_opened_with_one_token_is_refused_to_another(
     taken = httpx2.post(server.url, headers=bob, json=call, timeout=30)
     assert taken.status_code in {403, 404}
     assert "alice" not in taken.text
+
+
+@pytest.mark.anyio
+async def test_parallel_remembers_over_http_keep_the_cap(
+    tmp_path: Path,
+    running_http: Callable[..., AbstractContextManager[Running]],
+    anyio_backend: str,
+) -> None:
+    # Every request binds the tools afresh: the cap holds because the store
+    # counts and adds as one step.
+    key = ec.generate_private_key(ec.SECP256R1())
+    public = tmp_path / "public.pem"
+    pem = key.public_key().public_bytes(Encoding.PEM, PublicFormat.SubjectPublicKeyInfo)
+    public.write_bytes(pem)
+    store = f"sqlite:///{tmp_path / 'memory.sqlite3'}"
+    with running_http(
+        "--host", "127.0.0.1", "--store", store, "--tenant-claim", TENANT_CLAIM,
+        "--issuer", ISSUER_A, "--audience", AUDIENCE, "--jwt-key-file", str(public),
+        "--max-facts", "2",
+    ) as running:  # fmt: skip
+        server = Server(running.url, key)
+        token = server.token("erin")
+        results: list[CallToolResult] = []
+
+        async def client(first: int) -> None:
+            async with connect(server, token) as session, anyio.create_task_group() as group:
+                for call in range(first, 6, 2):
+                    group.start_soon(remember, session, call)
+
+        async def remember(session: Client, call: int) -> None:
+            results.append(await session.call_tool("remember", {"content": f"fact {call}"}))
+
+        async with anyio.create_task_group() as group:
+            for first in range(2):
+                group.start_soon(client, first)
+        async with connect(server, token) as session:
+            stored = await recall_ids(session)
+    assert [result.is_error for result in results].count(False) == 2
+    assert stored == {json.loads(text(result))["id"] for result in results if not result.is_error}

@@ -226,6 +226,46 @@ async def test_the_tools_limits_are_server_options(memory: SqliteMemory) -> None
     assert len(await memory.recall(TENANT, USER)) == 2
 
 
+async def remember_at_once(sessions: list[Client], count: int) -> list[CallToolResult]:
+    """``count`` ``remember`` calls at once, spread over ``sessions`` in turn."""
+    results: list[CallToolResult] = []
+
+    async def remember(session: Client, index: int) -> None:
+        results.append(await session.call_tool("remember", {"content": f"fact {index}"}))
+
+    async with anyio.create_task_group() as group:
+        for index in range(count):
+            group.start_soon(remember, sessions[index % len(sessions)], index)
+    return results
+
+
+async def test_parallel_remembers_keep_the_cap(memory: SqliteMemory) -> None:
+    server = memory_server(memory, scope=TENANT, end_user_id=USER, max_facts=2)
+    async with Client(server) as session:
+        results = await remember_at_once([session], 3)
+    bound = memory_tools(memory, scope=TENANT, end_user_id=USER, max_facts=2)
+    full = (await bound.call("remember", {"content": "one too many"})).content
+    assert [text(result) for result in results if result.is_error] == [full]
+    stored = await memory.recall(TENANT, USER)
+    assert len(stored) == 2
+    saved = {json.loads(text(result))["id"] for result in results if not result.is_error}
+    assert saved == {fact.id for fact in stored}
+
+
+@pytest.mark.parametrize("calls", [3, 8])
+async def test_two_servers_of_one_end_user_keep_the_cap_together(
+    memory: SqliteMemory, calls: int
+) -> None:
+    # Each server binds its own toolset (as two stdio servers of one user
+    # do): the cap holds because the store counts and adds as one step.
+    first = memory_server(memory, scope=TENANT, end_user_id=USER, max_facts=2)
+    second = memory_server(memory, scope=TENANT, end_user_id=USER, max_facts=2)
+    async with Client(first) as one, Client(second) as other:
+        results = await remember_at_once([one, other], calls)
+    assert [result.is_error for result in results].count(True) == calls - 2
+    assert len(await memory.recall(TENANT, USER)) == 2
+
+
 async def test_a_bad_key_is_refused_when_the_server_is_built(memory: SqliteMemory) -> None:
     with pytest.raises(InvalidKeyError):
         memory_server(memory, scope=TENANT, end_user_id=" alice")

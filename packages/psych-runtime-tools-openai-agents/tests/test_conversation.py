@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from agents import (
     Agent,
@@ -35,7 +36,7 @@ from openai.types.responses import (
 
 from psych_runtime.memory.port import InvalidKeyError
 from psych_runtime.memory.sqlite import SqliteMemory
-from psych_runtime.tools.builtins import FORGET, ToolLimits
+from psych_runtime.tools.builtins import FORGET, ToolLimits, memory_full, refusal
 from psych_runtime.tools.openai_agents import AgentMemory, NoEndUserError
 
 TENANT = "acme"
@@ -300,3 +301,45 @@ async def test_the_agents_own_instructions_may_be_functions(tmp_path: Path) -> N
         bare = Agent[Context](name="bot", instructions=memory.instructions(), tools=memory.tools)
         seen = (await run(bare, lambda _: [], Context(TENANT, "u"))).instructions[0]
         assert seen.startswith("Memory:")
+
+
+def remember_all(*facts: str) -> Decide:
+    """One model response holding a ``remember`` call per fact, run by the SDK at once."""
+    return lambda _: [("remember", {"content": fact}) for fact in facts]
+
+
+@pytest.mark.asyncio
+async def test_three_remembers_in_one_response_keep_the_cap(tmp_path: Path) -> None:
+    async with SqliteMemory(tmp_path / "facts.sqlite3") as store:
+        model = await run(
+            agent(store, max_facts=2), remember_all("one", "two", "three"), Context(TENANT, "u")
+        )
+        results = [json.loads(text) for text in model.returned]
+        assert len(results) == 3
+        full = json.loads(refusal("remember", memory_full(2)).content)
+        assert [result for result in results if "error" in result] == [full]
+        stored = await store.recall(TENANT, "u")
+        assert {result["id"] for result in results if "id" in result} == {f.id for f in stored}
+        assert len(stored) == 2
+
+
+@pytest.mark.parametrize("agents", ["one agent", "an agent per run"])
+@pytest.mark.asyncio
+async def test_two_runs_of_one_end_user_at_once_keep_the_cap(tmp_path: Path, agents: str) -> None:
+    # An application that builds its agent per request has an AgentMemory
+    # per run: the cap holds because the store counts and adds as one step.
+    async with SqliteMemory(tmp_path / "facts.sqlite3") as store:
+        shared = agent(store, max_facts=2)
+        returned: list[str] = []
+
+        async def one(index: int) -> None:
+            bot = shared if agents == "one agent" else agent(store, max_facts=2)
+            decide = remember_all(f"run {index} fact one", f"run {index} fact two")
+            returned.extend((await run(bot, decide, Context(TENANT, "u"))).returned)
+
+        async with anyio.create_task_group() as group:
+            for index in range(2):
+                group.start_soon(one, index)
+        assert len(returned) == 4
+        assert sum("error" in json.loads(text) for text in returned) == 2
+        assert len(await store.recall(TENANT, "u")) == 2

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import anyio
 import pytest
 from pydantic_ai import Agent
 from pydantic_ai.messages import (
@@ -28,7 +29,7 @@ from pydantic_ai.tools import ToolDefinition
 
 from psych_runtime.memory.port import InvalidKeyError
 from psych_runtime.memory.sqlite import SqliteMemory
-from psych_runtime.tools.builtins import FORGET, REMEMBER, ToolLimits
+from psych_runtime.tools.builtins import FORGET, REMEMBER, ToolLimits, memory_full, refusal
 from psych_runtime.tools.pydantic_ai import MemoryToolset, NoEndUserError
 
 TENANT = "acme"
@@ -217,3 +218,43 @@ async def test_the_block_keeps_the_budget_and_the_fact_cap(tmp_path: Path) -> No
         assert 0 < len(block) <= 1000
         assert "Not shown" in block
         assert "full" in json.loads(model.returned[0])["error"]
+
+
+def remember_all(*facts: str) -> Decide:
+    """One model response holding a ``remember`` call per fact, run by pydantic-ai at once."""
+    return lambda _: [("remember", {"content": fact}) for fact in facts]
+
+
+@pytest.mark.asyncio
+async def test_three_remembers_in_one_response_keep_the_cap(tmp_path: Path) -> None:
+    async with SqliteMemory(tmp_path / "facts.sqlite3") as store:
+        model = await run(
+            agent(store, max_facts=2), remember_all("one", "two", "three"), Deps(TENANT, "u")
+        )
+        results = [json.loads(text) for text in model.returned]
+        assert len(results) == 3
+        full = json.loads(refusal("remember", memory_full(2)).content)
+        assert [result for result in results if "error" in result] == [full]
+        stored = await store.recall(TENANT, "u")
+        assert {result["id"] for result in results if "id" in result} == {f.id for f in stored}
+        assert len(stored) == 2
+
+
+@pytest.mark.asyncio
+async def test_two_runs_of_one_end_user_at_once_keep_the_cap(tmp_path: Path) -> None:
+    # Each run binds its own tools: the cap holds because the store counts
+    # and adds as one step.
+    async with SqliteMemory(tmp_path / "facts.sqlite3") as store:
+        bot = agent(store, max_facts=2)
+        returned: list[str] = []
+
+        async def one(index: int) -> None:
+            decide = remember_all(f"run {index} fact one", f"run {index} fact two")
+            returned.extend((await run(bot, decide, Deps(TENANT, "u"))).returned)
+
+        async with anyio.create_task_group() as group:
+            for index in range(2):
+                group.start_soon(one, index)
+        assert len(returned) == 4
+        assert sum("error" in json.loads(text) for text in returned) == 2
+        assert len(await store.recall(TENANT, "u")) == 2

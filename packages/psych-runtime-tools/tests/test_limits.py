@@ -13,7 +13,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from psych_runtime.memory.inproc import InProcessMemory
-from psych_runtime.memory.port import MAX_CONTENT_LENGTH, Memory, MemoryStore, Scope, memory_key
+from psych_runtime.memory.port import (
+    MAX_CONTENT_LENGTH,
+    Memory,
+    MemoryStore,
+    RemembersWithinLimit,
+    Scope,
+    memory_key,
+)
 from psych_runtime.tools.builtins import (
     DEFAULT_MAX_FACT_LENGTH,
     DEFAULT_MAX_FACTS,
@@ -61,6 +68,25 @@ class NetworkedMemory(MemoryStore):
 
     async def erase(self, scope: Scope, end_user_id: str) -> int:
         return await self.inner.erase(scope, end_user_id)
+
+
+class NetworkedCappedMemory(NetworkedMemory):
+    """`NetworkedMemory` that also counts and adds as one step, as `RemembersWithinLimit` asks.
+
+    The in-process adapter keeps the step atomic under its lock; the
+    checkpoints around it let other tasks run while the step is under way,
+    as a store over a network would.
+    """
+
+    async def remember_within_limit(
+        self, scope: Scope, end_user_id: str, content: str, *, max_facts: int
+    ) -> Memory | None:
+        await anyio.lowlevel.checkpoint()
+        fact = await self.inner.remember_within_limit(
+            scope, end_user_id, content, max_facts=max_facts
+        )
+        await anyio.lowlevel.checkpoint()
+        return fact
 
 
 def error(result: Any) -> str:
@@ -302,6 +328,43 @@ async def test_parallel_remembers_fill_the_cap_exactly(
     assert refused.count(False) == expected - already
     # Nothing stored earlier was evicted.
     assert [fact.content for fact in stored[:already]] == [f"earlier {i}" for i in range(already)]
+
+
+async def test_with_a_store_that_keeps_the_cap_it_holds_across_toolsets(
+    anyio_backend: str,
+) -> None:
+    # One toolset per call, as a framework that binds the tools afresh for
+    # each call does: no lock is shared, the store's own step keeps the cap.
+    store = NetworkedCappedMemory()
+    assert isinstance(store, RemembersWithinLimit)
+    refused: list[bool] = []
+
+    async def one(index: int) -> None:
+        tools = memory_tools(store, scope="acme", end_user_id="u1", max_facts=5)
+        result = await tools.call("remember", {"content": f"parallel fact {index}"})
+        refused.append(result.is_error)
+
+    async with anyio.create_task_group() as group:
+        for index in range(40):
+            group.start_soon(one, index)
+    assert len(await store.inner.recall("acme", "u1")) == 5
+    assert refused.count(False) == 5
+
+
+async def test_the_store_saying_full_is_the_memory_full_refusal(anyio_backend: str) -> None:
+    store = NetworkedCappedMemory()
+    for index in range(3):
+        await store.inner.remember("acme", "u1", f"earlier {index}")
+    first = memory_tools(store, scope="acme", end_user_id="u1", max_facts=3)
+    second = memory_tools(store, scope="acme", end_user_id="u1", max_facts=3)
+    for tools in (first, second):
+        text = error(await tools.call("remember", {"content": PERSONAL}))
+        assert text == f"remember was not run: {memory_full(3)}. Nothing was changed."
+    assert len(await store.inner.recall("acme", "u1")) == 3
+    # Without a cap the store's plain remember adds, whatever the end user holds.
+    uncapped = memory_tools(store, scope="acme", end_user_id="u1", max_facts=None)
+    assert (await uncapped.call("remember", {"content": PERSONAL})).is_error is False
+    assert len(await store.inner.recall("acme", "u1")) == 4
 
 
 def test_one_toolset_serves_one_loop_after_another() -> None:
