@@ -31,6 +31,7 @@ from psych_runtime.memory.port import (
     validate_content,
     validate_cutoff,
     validate_limit,
+    validate_max_facts,
     validate_memory_id,
     validate_page,
     validate_restored_id,
@@ -672,3 +673,77 @@ class ExpiresAcrossCase(Correct):
         for name in sorted(tenants):
             deleted += await super().expire(name, before=before)
         return deleted
+
+
+class RacyLimit(Correct):
+    """Rule 15: counts with recall, yields (a round trip would), then remembers: two steps."""
+
+    __slots__ = ()
+
+    @refuses_when_closed
+    async def remember_within_limit(
+        self, scope: Scope, end_user_id: str, content: str, *, max_facts: int
+    ) -> Memory | None:
+        memory_key(scope, end_user_id)
+        validate_content(content)
+        max_facts = validate_max_facts(max_facts)
+        held = len(await self.recall(scope, end_user_id))
+        # Another caller counts the same facts here, before this one adds.
+        await anyio.lowlevel.checkpoint()
+        if held >= max_facts:
+            return None
+        return await self.remember(scope, end_user_id, content)
+
+
+class IgnoresTheLimit(Correct):
+    """Rule 15: max_facts is checked, then never compared: every call adds."""
+
+    __slots__ = ()
+
+    @refuses_when_closed
+    async def remember_within_limit(
+        self, scope: Scope, end_user_id: str, content: str, *, max_facts: int
+    ) -> Memory | None:
+        memory_key(scope, end_user_id)
+        validate_content(content)
+        validate_max_facts(max_facts)
+        return await self.remember(scope, end_user_id, content)
+
+
+class StoresWhenRefusing(Correct):
+    """Rule 15: adds first and counts afterwards: the answer is None, the fact stays stored."""
+
+    __slots__ = ()
+
+    @refuses_when_closed
+    async def remember_within_limit(
+        self, scope: Scope, end_user_id: str, content: str, *, max_facts: int
+    ) -> Memory | None:
+        memory_key(scope, end_user_id)
+        validate_content(content)
+        max_facts = validate_max_facts(max_facts)
+        fact = await self.remember(scope, end_user_id, content)
+        return None if len(await self.recall(scope, end_user_id)) > max_facts else fact
+
+
+class LimitCountsEveryFactEverAdded(Correct):
+    """Rule 15: counts the facts ever added, as a sequence number would: forget frees no place."""
+
+    __slots__ = ("_added",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._added: dict[MemoryKey, int] = {}
+
+    @refuses_when_closed
+    async def remember_within_limit(
+        self, scope: Scope, end_user_id: str, content: str, *, max_facts: int
+    ) -> Memory | None:
+        key = memory_key(scope, end_user_id)
+        validate_content(content)
+        max_facts = validate_max_facts(max_facts)
+        held = max(self._added.get(key, 0), len(await self.recall(scope, end_user_id)))
+        if held >= max_facts:
+            return None
+        self._added[key] = held + 1
+        return await self.remember(scope, end_user_id, content)

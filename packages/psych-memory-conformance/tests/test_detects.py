@@ -42,6 +42,7 @@ from psych_runtime.memory.port import (
     memory_key,
     validate_content,
     validate_cutoff,
+    validate_max_facts,
     validate_memory_id,
     validate_page,
 )
@@ -380,7 +381,7 @@ class WithoutCapabilities(InProcessMemory):
     __slots__ = ()
     # None withdraws a protocol method, as the typing module's checks agree.
     tenants = end_users = restore = restore_many = fact_counts = recall_page = None  # type: ignore[assignment]
-    expire = count_expired = None  # type: ignore[assignment]
+    expire = count_expired = remember_within_limit = None  # type: ignore[assignment]
 
 
 class RestoresPartOfABatch(broken.Correct):
@@ -806,12 +807,91 @@ _BROKEN_EXPIRERS = [
 ]
 
 
+class LimitCountedBeforeValidating(broken.Correct):
+    """Compares the count with max_facts before checking max_facts: a full key answers None."""
+
+    __slots__ = ()
+
+    async def remember_within_limit(
+        self, scope: Scope, end_user_id: str, content: str, *, max_facts: int
+    ) -> Memory | None:
+        if len(await self.recall(scope, end_user_id)) >= max_facts:
+            return None
+        return await super().remember_within_limit(scope, end_user_id, content, max_facts=max_facts)
+
+
+class LimitChecksMaxFactsFirst(broken.Correct):
+    """Checks max_facts before the key and the content: the wrong argument is named."""
+
+    __slots__ = ()
+
+    async def remember_within_limit(
+        self, scope: Scope, end_user_id: str, content: str, *, max_facts: int
+    ) -> Memory | None:
+        validate_max_facts(max_facts)
+        return await super().remember_within_limit(scope, end_user_id, content, max_facts=max_facts)
+
+
+class LimitAnswersTrue(broken.Correct):
+    __slots__ = ()
+
+    async def remember_within_limit(
+        self, scope: Scope, end_user_id: str, content: str, *, max_facts: int
+    ) -> Memory | None:
+        fact = await super().remember_within_limit(scope, end_user_id, content, max_facts=max_facts)
+        return True if fact is not None else None  # type: ignore[return-value]
+
+
+_BELOW_AND_AT = "test_rule15_below_the_limit_it_adds_as_remember_does_and_at_it_adds_nothing"
+_PLAIN = "test_rule15_facts_remembered_plainly_count_toward_the_limit"
+_LIMIT_REFUSED = "test_rule15_invalid_input_is_refused_and_stores_nothing"
+_TASKS = "test_rule15_many_tasks_at_once_never_pass_the_limit"
+_OWN_LOOPS = "test_rule15_threads_with_their_own_event_loops_never_pass_the_limit"
+_LIMIT_CHECKS = (_BELOW_AND_AT, _PLAIN, _LIMIT_REFUSED, _TASKS, _OWN_LOOPS)
+
+# Limits the kit judges wrong, in the same columns.
+_BROKEN_LIMITS = [
+    (broken.RacyLimit, _TASKS, 15, r"20 remember_within_limit calls .* left 20 fact\(s\)"),
+    (broken.RacyLimit, _OWN_LOOPS, 15, r"24 remember_within_limit calls .* left \d+ fact"),
+    (broken.IgnoresTheLimit, _BELOW_AND_AT, 15, "max_facts=0 returned a fact"),
+    (broken.IgnoresTheLimit, _PLAIN, 15, "returned a fact; it must return None"),
+    (broken.IgnoresTheLimit, _TASKS, 15, "left 20 fact"),
+    (broken.IgnoresTheLimit, _OWN_LOOPS, 15, "left 24 fact"),
+    (broken.StoresWhenRefusing, _BELOW_AND_AT, 15, "returned None but changed the key's facts"),
+    (broken.StoresWhenRefusing, _PLAIN, 15, "returned None but changed the key's facts"),
+    (broken.StoresWhenRefusing, _TASKS, 15, "left 20 fact"),
+    (
+        broken.LimitCountsEveryFactEverAdded,
+        _BELOW_AND_AT,
+        15,
+        "holding 3 of max_facts=4 returned None; it must add the fact",
+    ),
+    (
+        LimitCountedBeforeValidating,
+        _LIMIT_REFUSED,
+        15,
+        r"max_facts -1 on key \('acme', 'user-2'\) was accepted; it must raise InvalidInputError",
+    ),
+    (
+        LimitChecksMaxFactsFirst,
+        _LIMIT_REFUSED,
+        15,
+        (
+            "a bad end_user_id, content and max_facts raised InvalidInputError; it must raise "
+            "InvalidKeyError"
+        ),
+    ),
+    (LimitAnswersTrue, _BELOW_AND_AT, 15, "returned a bool, neither a Memory nor None"),
+]
+
+
 @pytest.mark.parametrize(
     ("store_class", "check", "rule", "words"),
     [
         *_BROKEN_CALLS,
         *_BROKEN_PAGERS_AND_TIMES,
         *_BROKEN_EXPIRERS,
+        *_BROKEN_LIMITS,
         (
             broken.IgnoresClose,
             "test_rule7_every_call_after_close_raises_and_changes_nothing",
@@ -970,6 +1050,7 @@ _CAPABILITY_CHECKS = (
     "test_rule13_an_after_the_key_does_not_hold_is_stale",
     "test_rule13_invalid_arguments_are_refused_and_change_nothing",
     "test_rule13_pages_touch_only_their_own_key",
+    *_LIMIT_CHECKS,
 )
 
 
@@ -1030,6 +1111,7 @@ async def test_a_miscounting_store_fails_rule_12_alone(
         (_RESTORED, "ExpiresFacts"),
         (_REFUSED, "ExpiresFacts"),
         (_MEANWHILE, "ExpiresFacts"),
+        *((check, "RemembersWithinLimit") for check in _LIMIT_CHECKS),
     ],
 )
 async def test_a_missing_capability_is_reported_as_not_applicable(

@@ -28,6 +28,7 @@ from ._forgetting import ForgetChecks
 from ._guard import KitGuard
 from ._isolation import IsolationChecks
 from ._lifecycle import LifecycleChecks
+from ._limiting import LimitChecks
 from ._paging import PagingChecks
 from ._recalling import RecallChecks
 from ._remembering import RememberChecks
@@ -58,6 +59,7 @@ class MemoryStoreContract(
     CountingChecks,
     PagingChecks,
     ExpiringChecks,
+    LimitChecks,
 ):
     """The port's contract as a test class: subclass it to check a backend.
 
@@ -68,10 +70,10 @@ class MemoryStoreContract(
     on trio (the kit supplies the ``anyio_backend`` fixture).
 
     Rules 1-6 are checked on every store, and so are 7-9 (lifecycle,
-    failures, cancellation); the checks of rules 10-14 run when the store
+    failures, cancellation); the checks of rules 10-15 run when the store
     provides the port's `ListsEndUsers`, `RestoresFacts`, `CountsFacts`,
-    `PagesFacts` or `ExpiresFacts` capability (rule 10, 11, 12, 13 or 14), and are skipped as not
-    applicable otherwise.
+    `PagesFacts`, `ExpiresFacts` or `RemembersWithinLimit` capability (rule
+    10, 11, 12, 13, 14 or 15), and are skipped as not applicable otherwise.
 
     A check can be marked expected-to-fail, with a reason, in
     `expected_failures`; it cannot be overridden, deleted or skipped: the

@@ -1,7 +1,7 @@
 """The rules of the port, worded as failure messages quote them.
 
 Rules 1-6 are the four methods' contract, 7-9 the lifecycle, the failures
-and cancellation every store shares, and 10-14 the optional capabilities,
+and cancellation every store shares, and 10-15 the optional capabilities,
 checked only on a store that provides them.
 """
 
@@ -81,6 +81,13 @@ RULES: Final[Mapping[int, str]] = MappingProxyType(
             "count_expired; facts of other tenants and facts created at or after the cutoff "
             "are untouched, calls made meanwhile keep working, and a naive or future cutoff "
             "is refused, changing nothing"
+        ),
+        15: (
+            "a store that remembers within a limit (RemembersWithinLimit) adds a fact as "
+            "remember does while the key holds fewer than max_facts facts (those remember "
+            "added count too) and otherwise returns None and stores nothing, never taking the "
+            "key past max_facts however many calls run at once; an invalid key, content or "
+            "max_facts is refused, changing nothing"
         ),
     }
 )

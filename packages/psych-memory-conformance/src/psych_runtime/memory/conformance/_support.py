@@ -103,12 +103,19 @@ async def in_worker_thread(body: Callable[[anyio.from_thread.BlockingPortal], ob
 
 
 class Refusal:
-    """What a call with invalid input must do: raise this type, change nothing."""
+    """What a call with invalid input must do: raise this type, change nothing.
 
-    def __init__(self, expected: type[Exception], argument: str, value: object) -> None:
+    A failure blames ``rule``: rule 6 for the four methods, a capability's
+    own rule for its methods.
+    """
+
+    def __init__(
+        self, expected: type[Exception], argument: str, value: object, *, rule: int = 6
+    ) -> None:
         self.expected = expected
         self.argument = argument
         self.value = value
+        self.rule = rule
 
     def verify(self, what: str, error: BaseException | None) -> None:
         """Check what the call ``what`` raised (``None``: nothing) against the rule.
@@ -119,23 +126,23 @@ class Refusal:
         """
         if error is None:
             raise RuleViolationError(
-                6, f"{what} was accepted; it must raise {self.expected.__name__}"
+                self.rule, f"{what} was accepted; it must raise {self.expected.__name__}"
             )
         if not isinstance(error, self.expected):
             raise RuleViolationError(
-                6,
+                self.rule,
                 f"{what} raised {type(error).__name__}; it must raise {self.expected.__name__}",
             ) from error
         message = str(error)
         check(
             self.argument in message,
-            6,
+            self.rule,
             f"the error of {what} does not name the argument {self.argument!r}",
         )
         if isinstance(self.value, str) and MARKER in self.value:
             check(
                 MARKER not in message,
-                6,
+                self.rule,
                 f"the error of {what} repeats the value it refused (values can be personal data)",
             )
 
