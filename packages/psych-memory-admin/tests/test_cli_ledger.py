@@ -74,7 +74,7 @@ def test_reapply_erases_again_and_prints_a_receipt(capsys: pytest.CaptureFixture
     assert len(_facts("sqlite:///live.sqlite3", "u1")) == 1
     assert main([*args, "--json"]) == ExitCode.DONE
     receipt = json.loads(capsys.readouterr().out)
-    assert receipt["format"] == "psych-memory-replay-deletions-receipt"
+    assert receipt["receipt"] == "psych-memory-replay-deletions-receipt"
     assert receipt["since"] == taken.isoformat(timespec="microseconds").replace("+00:00", "Z")
     assert (receipt["entries"], receipt["erased_end_users"], receipt["facts_deleted"]) == (1, 1, 1)
     assert receipt["dry_run"] is False
@@ -302,7 +302,7 @@ def test_prune_removes_the_entries_done_before_an_instant_with_a_receipt(
     prune = ["ledger", "prune", "--ledger", "sqlite:///ledger.sqlite3"]
     assert main([*prune, "--before", middle.isoformat(), "--json"]) == ExitCode.DONE
     receipt = json.loads(capsys.readouterr().out)
-    assert receipt["format"] == "psych-memory-ledger-prune-receipt"
+    assert receipt["receipt"] == "psych-memory-ledger-prune-receipt"
     assert (receipt["entries_pruned"], receipt["entries_kept"]) == (1, 1)
     with open_ledger("sqlite:///ledger.sqlite3", LedgerKey(KEY_TEXT.encode())) as ledger:
         assert ledger.entries() == (kept,)

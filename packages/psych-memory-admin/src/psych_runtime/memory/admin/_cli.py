@@ -9,7 +9,6 @@ Only ``export`` prints the content of facts.
 from __future__ import annotations
 
 import errno
-import json
 import logging
 import os
 import re
@@ -65,6 +64,8 @@ from ._operations import (
     import_facts,
 )
 from ._pages import count_facts
+from ._receipts import receipt as receipt_of
+from ._receipts import receipt_json
 from ._stores import lister
 from ._url import redact_url
 from ._version import __version__
@@ -72,10 +73,6 @@ from ._version import __version__
 __all__ = ["main"]
 
 PROG: Final = "psych-memory"
-RECEIPT_NAME: Final = "psych-memory-erasure-receipt"
-RECEIPT_VERSION: Final = 1
-EXPIRY_RECEIPT_NAME: Final = "psych-memory-expiry-receipt"
-EXPIRY_RECEIPT_VERSION: Final = 1
 DEFAULT_JOBS: Final = 8
 
 _URL_HELP: Final = "URL is a store URL: memory:, sqlite:///path, postgresql://..."
@@ -154,13 +151,17 @@ def cli() -> None:
     Access and portability (export), erasure with a receipt (erase), retention
     (expire), listing and counting (users, count), moving facts between stores
     (migrate, import), deletions made again after a restore (replay-deletions)
-    and the deletion ledger's upkeep (ledger prune).
+    and the deletion ledger's upkeep (ledger prune). Each takes --json, and
+    then prints its receipt as one JSON object.
     """
 
 
 _url = click.argument("url", metavar="URL")
 _tenant = click.option("--tenant", required=True, help="The tenant, exactly as stored.")
 _user = click.option("--user", "end_user", required=True, help="The end user, exactly as stored.")
+_json = click.option(
+    "--json", "as_json", is_flag=True, help="Print the receipt as JSON (one object)."
+)
 _ledger_key_file = click.option(
     "--ledger-key-file",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -218,7 +219,20 @@ def _ledger_named(_context: click.Context, _parameter: click.Parameter, value: A
     show_default=True,
     help="One JSON document, or JSON Lines (a header line, then one fact per line).",
 )
-def export(url: str, tenant: str, end_user: str, output: Path | None, layout: Layout) -> int:
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="With --output: print the receipt as JSON (one object) instead of the line on stderr.",
+)
+def export(  # noqa: PLR0913, PLR0917 - click passes each option by name
+    url: str,
+    tenant: str,
+    end_user: str,
+    output: Path | None,
+    layout: Layout,
+    as_json: bool,  # noqa: FBT001
+) -> int:
     """Print every fact of one end user, oldest first, in the documented export format.
 
     The facts are read a page at a time and written to a temporary file
@@ -226,9 +240,16 @@ def export(url: str, tenant: str, end_user: str, output: Path | None, layout: La
     so memory stays small whatever the end user's size. With --output the
     export is then written to a second temporary file in that folder, synced
     to disk and given its name in one step: the file appears only once it is
-    complete, and a line on standard error says it was written.
+    complete, and a line on standard error says it was written (with
+    --json, a receipt on standard output instead).
     """
     key = checked_key(tenant, end_user)
+    if as_json and output is None:
+        raise CommandError(
+            "--json",
+            "needs --output: without it, standard output is the export itself (already JSON)",
+            ExitCode.USAGE,
+        )
     if output is not None and output.exists():
         raise CommandError(
             "--output", "names a file that exists already; name a new one", ExitCode.USAGE
@@ -248,13 +269,28 @@ def export(url: str, tenant: str, end_user: str, output: Path | None, layout: La
 
     with _spool(output) as spool:
         count = _run(read, spool)
-        head = export_head(key, datetime.now(UTC), layout, count)
+        exported_at = datetime.now(UTC)
+        head = export_head(key, exported_at, layout, count)
         spool.seek(0)
         if output is None:
             _copy_out(sys.stdout, head, spool, export_tail(layout, count), "standard output")
         else:
             _write_new(output, head, spool, export_tail(layout, count))
-            click.echo(f"{PROG}: wrote {count} fact(s) to the --output file", err=True)
+            if as_json:
+                exported = receipt_of(
+                    "export",
+                    {
+                        "store": redact_url(url),
+                        "tenant": key.tenant,
+                        "end_user_id": key.end_user_id,
+                        "facts_exported": count,
+                        "export_format": layout,
+                        "exported_at": utc_text(exported_at),
+                    },
+                )
+                click.echo(receipt_json(exported))
+            else:
+                click.echo(f"{PROG}: wrote {count} fact(s) to the --output file", err=True)
     return ExitCode.DONE
 
 
@@ -280,7 +316,8 @@ def _folder_of(output: Path | None) -> Path | None:
 @cli.command("import", epilog=_URL_HELP)
 @_url
 @click.argument("file", metavar="FILE", type=click.Path(dir_okay=False, allow_dash=True))
-def import_(url: str, file: str) -> int:
+@_json
+def import_(url: str, file: str, as_json: bool) -> int:  # noqa: FBT001
     """Restore an export into a store, with the facts' ids and times as they were.
 
     FILE ('-' for standard input) is read in chunks and checked whole before
@@ -309,6 +346,23 @@ def import_(url: str, file: str) -> int:
                         done = await import_facts(store, key, reader)
                 except ImportStoppedError as exc:
                     raise _import_stopped(exc) from _cause_kept(exc)
+            if as_json:
+                imported = receipt_of(
+                    "import",
+                    {
+                        "store": redact_url(url),
+                        "tenant": key.tenant,
+                        "end_user_id": key.end_user_id,
+                        "facts_in_file": reader.count,
+                        "facts_written": done.written,
+                        "facts_already_stored": reader.count - done.written,
+                        "batches": done.batches,
+                        "batch_size": IMPORT_BATCH,
+                        "imported_at": utc_text(datetime.now(UTC)),
+                    },
+                )
+                click.echo(receipt_json(imported))
+                return ExitCode.DONE
             click.echo(
                 f"imported {done.written} fact(s) in {done.batches} batch(es) of up to "
                 f"{IMPORT_BATCH:,}, each whole or not at all; {reader.count - done.written} of "
@@ -382,7 +436,7 @@ def _readable(file: str) -> Iterator[Callable[[], IO[bytes]]]:
 @_tenant
 @_user
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation (required off a terminal).")
-@click.option("--json", "as_json", is_flag=True, help="Print the receipt as JSON.")
+@_json
 @_ledger("Record the erasure in this deletion ledger first")
 @_ledger_key_file
 def erase(  # noqa: PLR0913, PLR0917 - click passes each option by name
@@ -443,7 +497,7 @@ def erase(  # noqa: PLR0913, PLR0917 - click passes each option by name
                     raise _nothing_to_erase()
         ledger = None if ledger_url is None else redact_url(ledger_url)
         click.echo(
-            json.dumps(_receipt_json(receipt, ledger), ensure_ascii=False, indent=2)
+            receipt_json(_receipt_json(receipt, ledger))
             if as_json
             else _receipt_text(receipt, ledger)
         )
@@ -514,20 +568,21 @@ def _nothing_to_erase() -> CommandError:
     )
 
 
-def _receipt_json(receipt: ErasureReceipt, ledger: str | None) -> dict[str, object]:
-    return {
-        "receipt": RECEIPT_NAME,
-        "version": RECEIPT_VERSION,
-        "tenant": receipt.key.tenant,
-        "end_user_id": receipt.key.end_user_id,
-        "facts_deleted": receipt.facts_deleted,
-        "erased_at": utc_text(receipt.erased_at),
-        "store": receipt.store,
-        "scrub": receipt.scrub,
-        "deletion_durability": receipt.deletion_durability,
-        "outcome": receipt.outcome,
-        "ledger": ledger,
-    }
+def _receipt_json(done: ErasureReceipt, ledger: str | None) -> dict[str, object]:
+    return receipt_of(
+        "erasure",
+        {
+            "tenant": done.key.tenant,
+            "end_user_id": done.key.end_user_id,
+            "facts_deleted": done.facts_deleted,
+            "erased_at": utc_text(done.erased_at),
+            "store": done.store,
+            "scrub": done.scrub,
+            "deletion_durability": done.deletion_durability,
+            "outcome": done.outcome,
+            "ledger": ledger,
+        },
+    )
 
 
 def _receipt_text(receipt: ErasureReceipt, ledger: str | None) -> str:
@@ -611,7 +666,7 @@ def _cutoff(older_than: str | None, before: str | None, now: datetime) -> dateti
     help="Expire facts created before this ISO 8601 instant with its time zone.",
 )
 @click.option("--dry-run", is_flag=True, help="Count the facts that would go; delete nothing.")
-@click.option("--json", "as_json", is_flag=True, help="Print the receipt as JSON.")
+@_json
 @_ledger("Record each tenant's expiry in this deletion ledger first")
 @_ledger_key_file
 def expire(  # noqa: PLR0913, PLR0917 - one parameter per option, as click passes them
@@ -660,7 +715,7 @@ def expire(  # noqa: PLR0913, PLR0917 - one parameter per option, as click passe
                 receipt = await _expired(bare, attach)
         ledger = None if ledger_url is None else redact_url(ledger_url)
         click.echo(
-            json.dumps(_expiry_json(receipt, older_than, ledger), ensure_ascii=False, indent=2)
+            receipt_json(_expiry_json(receipt, older_than, ledger))
             if as_json
             else _expiry_text(receipt, older_than, ledger)
         )
@@ -687,23 +742,24 @@ def expire(  # noqa: PLR0913, PLR0917 - one parameter per option, as click passe
 
 
 def _expiry_json(
-    receipt: ExpiryReceipt, older_than: str | None, ledger: str | None
+    done: ExpiryReceipt, older_than: str | None, ledger: str | None
 ) -> dict[str, object]:
-    counted = "facts_to_delete" if receipt.dry_run else "facts_deleted"
-    return {
-        "receipt": EXPIRY_RECEIPT_NAME,
-        "version": EXPIRY_RECEIPT_VERSION,
-        "dry_run": receipt.dry_run,
-        "cutoff": utc_text(receipt.cutoff),
-        "older_than": older_than,
-        "tenants": [{"tenant": tenant, counted: count} for tenant, count in receipt.facts],
-        counted: receipt.total,
-        "expired_at": utc_text(receipt.expired_at),
-        "store": receipt.store,
-        "scrub": receipt.scrub,
-        "deletion_durability": receipt.deletion_durability,
-        "ledger": ledger,
-    }
+    counted = "facts_to_delete" if done.dry_run else "facts_deleted"
+    return receipt_of(
+        "expiry",
+        {
+            "dry_run": done.dry_run,
+            "cutoff": utc_text(done.cutoff),
+            "older_than": older_than,
+            "tenants": [{"tenant": tenant, counted: count} for tenant, count in done.facts],
+            counted: done.total,
+            "expired_at": utc_text(done.expired_at),
+            "store": done.store,
+            "scrub": done.scrub,
+            "deletion_durability": done.deletion_durability,
+            "ledger": ledger,
+        },
+    )
 
 
 def _expiry_text(receipt: ExpiryReceipt, older_than: str | None, ledger: str | None) -> str:
@@ -750,7 +806,8 @@ def _scrub_lines(scrub: str | None) -> list[str]:
 @cli.command(epilog=_URL_HELP)
 @_url
 @_tenant
-def users(url: str, tenant: str) -> int:
+@_json
+def users(url: str, tenant: str, as_json: bool) -> int:  # noqa: FBT001
     """List the end users of a tenant that have facts, one per line, sorted."""
     name = checked_tenant(tenant)
 
@@ -758,6 +815,18 @@ def users(url: str, tenant: str) -> int:
         with refusals_naming(_ONE_STORE):
             async with open_for_command(url, "URL", must_exist=True) as store:
                 found = await lister(store).end_users(name)
+        if as_json:
+            listed = receipt_of(
+                "users",
+                {
+                    "store": redact_url(url),
+                    "tenant": name,
+                    "end_users": list(found),
+                    "listed_at": utc_text(datetime.now(UTC)),
+                },
+            )
+            click.echo(receipt_json(listed))
+            return ExitCode.DONE
         for end_user in found:
             click.echo(end_user)
         return ExitCode.DONE
@@ -769,7 +838,8 @@ def users(url: str, tenant: str) -> int:
 @_url
 @click.option("--tenant", help="Count this tenant's facts only.")
 @click.option("--user", "end_user", help="Count this end user's facts only (needs --tenant).")
-def count(url: str, tenant: str | None, end_user: str | None) -> int:
+@_json
+def count(url: str, tenant: str | None, end_user: str | None, as_json: bool) -> int:  # noqa: FBT001
     """Print how many facts the store holds: in all, for a tenant, or for one end user."""
     if end_user is not None and tenant is None:
         raise CommandError(
@@ -785,7 +855,20 @@ def count(url: str, tenant: str | None, end_user: str | None) -> int:
                     total = await count_facts(store, key)
                 else:
                     total = await count_stored(store, name)
-        click.echo(str(total))
+        if as_json:
+            counted = receipt_of(
+                "count",
+                {
+                    "store": redact_url(url),
+                    "tenant": name,
+                    "end_user_id": end_user,
+                    "facts": total,
+                    "counted_at": utc_text(datetime.now(UTC)),
+                },
+            )
+            click.echo(receipt_json(counted))
+        else:
+            click.echo(str(total))
         return ExitCode.DONE
 
     return _run(body)
@@ -805,7 +888,15 @@ def count(url: str, tenant: str | None, end_user: str | None) -> int:
 @click.option(
     "--verbose", is_flag=True, help="Print a line on standard error for each end user copied."
 )
-def migrate_(from_url: str, to_url: str, tenant: str | None, jobs: int, verbose: bool) -> int:  # noqa: FBT001
+@_json
+def migrate_(  # noqa: PLR0913, PLR0917 - click passes each option by name
+    from_url: str,
+    to_url: str,
+    tenant: str | None,
+    jobs: int,
+    verbose: bool,  # noqa: FBT001
+    as_json: bool,  # noqa: FBT001
+) -> int:
     """Copy every fact of every end user from FROM_URL to TO_URL, keeping ids, times and order.
 
     Safe to run again: facts already copied are left alone, so an interrupted
@@ -827,6 +918,9 @@ def migrate_(from_url: str, to_url: str, tenant: str | None, jobs: int, verbose:
                     done: Migration = await migrate(
                         source, destination, name, jobs=jobs, progress=display
                     )
+        if as_json:
+            click.echo(receipt_json(_migration_json(done, from_url, to_url, name)))
+            return ExitCode.DONE
         if done.copied:
             click.echo(
                 f"copied {done.copied} fact(s); {done.facts} fact(s) of {done.end_users} "
@@ -845,6 +939,25 @@ def migrate_(from_url: str, to_url: str, tenant: str | None, jobs: int, verbose:
         return ExitCode.DONE
 
     return _run(body)
+
+
+def _migration_json(
+    done: Migration, from_url: str, to_url: str, tenant: str | None
+) -> dict[str, object]:
+    return receipt_of(
+        "migration",
+        {
+            "source": redact_url(from_url),
+            "target": redact_url(to_url),
+            "tenant": tenant,
+            "facts_copied": done.copied,
+            "facts": done.facts,
+            "end_users": done.end_users,
+            "end_users_erased": done.erased,
+            "counts_checked": True,
+            "migrated_at": utc_text(datetime.now(UTC)),
+        },
+    )
 
 
 def _migration_rule(error: OperationRefusedError) -> str | None:
@@ -1069,7 +1182,7 @@ def _reason(error: OSError) -> str:
 @_ledger("The deletion ledger (sqlite:///path or postgresql://...?schema=NAME)", required=True)
 @_ledger_key_file
 @click.option("--dry-run", is_flag=True, help="Count what would be deleted again; delete nothing.")
-@click.option("--json", "as_json", is_flag=True, help="Print the receipt as JSON.")
+@_json
 def replay_deletions_command(  # noqa: PLR0913, PLR0917 - click passes each option by name
     url: str,
     since: str,
@@ -1118,7 +1231,7 @@ def ledger_group() -> None:
         " entries done before it are removed."
     ),
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the receipt as JSON.")
+@_json
 def ledger_prune(
     ledger_url: str,
     ledger_key_file: Path | None,

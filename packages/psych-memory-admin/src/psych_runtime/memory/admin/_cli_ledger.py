@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Final
@@ -15,13 +14,11 @@ from ._commands import open_for_command
 from ._exit import CommandError, ExitCode
 from ._format import utc_text
 from ._ledger_open import _refuse_ledger_in_store, opened_ledger
+from ._receipts import receipt as receipt_of
+from ._receipts import receipt_json
 from ._url import redact_url
 
 __all__ = ["checked_instant", "prune_ledger", "replay_deletions"]
-
-RECEIPT_NAME: Final = "psych-memory-replay-deletions-receipt"
-PRUNE_RECEIPT_NAME: Final = "psych-memory-ledger-prune-receipt"
-RECEIPT_VERSION: Final = 1
 
 _INSTANT_RULE: Final = (
     "must be an instant in ISO 8601 with its offset, such as 2026-01-31T12:00:00Z"
@@ -106,21 +103,20 @@ async def replay_deletions(  # noqa: PLR0913 - one parameter per option of the c
                     ExitCode.REFUSED,
                 )
             done = await ledgers.reapply(store, opened, since=since, dry_run=dry_run)
-    receipt: dict[str, Any] = {
-        "format": RECEIPT_NAME,
-        "version": RECEIPT_VERSION,
-        "store": redact_url(url),
-        "since": utc_text(since),
-        "dry_run": done.dry_run,
-        "entries": done.entries,
-        "erased_end_users": done.erased_end_users,
-        "expiries": done.expiries,
-        "facts_deleted": done.facts_deleted,
-        "replayed_at": utc_text(datetime.now(UTC)),
-    }
-    click.echo(
-        json.dumps(receipt, ensure_ascii=False, indent=2) if as_json else _replay_text(receipt)
+    receipt: dict[str, Any] = receipt_of(
+        "replay-deletions",
+        {
+            "store": redact_url(url),
+            "since": utc_text(since),
+            "dry_run": done.dry_run,
+            "entries": done.entries,
+            "erased_end_users": done.erased_end_users,
+            "expiries": done.expiries,
+            "facts_deleted": done.facts_deleted,
+            "replayed_at": utc_text(datetime.now(UTC)),
+        },
     )
+    click.echo(receipt_json(receipt) if as_json else _replay_text(receipt))
     return ExitCode.DONE
 
 
@@ -154,16 +150,17 @@ def prune_ledger(ledger_url: str, key_file: Path | None, before: datetime, *, as
             done = opened.prune(before)
         except InvalidInputError as exc:
             raise CommandError("--before", exc.rule, ExitCode.USAGE) from None
-    receipt: dict[str, Any] = {
-        "format": PRUNE_RECEIPT_NAME,
-        "version": RECEIPT_VERSION,
-        "before": utc_text(done.before),
-        "entries_pruned": done.entries_pruned,
-        "entries_kept": done.entries_kept,
-        "pruned_at": utc_text(done.pruned_at),
-    }
+    receipt: dict[str, Any] = receipt_of(
+        "ledger-prune",
+        {
+            "before": utc_text(done.before),
+            "entries_pruned": done.entries_pruned,
+            "entries_kept": done.entries_kept,
+            "pruned_at": utc_text(done.pruned_at),
+        },
+    )
     if as_json:
-        click.echo(json.dumps(receipt, ensure_ascii=False, indent=2))
+        click.echo(receipt_json(receipt))
     else:
         click.echo(
             "\n".join(
