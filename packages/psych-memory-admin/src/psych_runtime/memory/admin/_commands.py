@@ -17,11 +17,11 @@ from types import MappingProxyType
 from typing import Final
 from urllib.parse import unquote, urlsplit
 
-from psych_runtime.memory.port import MemoryStore, MemoryStoreError
+from psych_runtime.memory.port import MemoryStore, MemoryStoreError, SchemaVersionError
 
-from ._errors import StoreBackendError, StoreUrlError
+from ._errors import StoreBackendError, StoreUrlError, UnknownSchemeError
 from ._exit import CommandError, ExitCode
-from ._open import opening
+from ._open import BACKEND_DISTRIBUTIONS, opening
 from ._url import url_scheme
 
 __all__ = ["KEY_OPTIONS", "one_line", "open_for_command"]
@@ -47,6 +47,10 @@ async def open_for_command(
     is `ExitCode.UNAVAILABLE`, also when the store fails later, inside the
     block. Every message is one line, never holds a password, and the
     failures of other kinds pass through unchanged (`ExitCode.FAILED`).
+    Messages speak the command line's words, not the library's: a scheme
+    no installed backend registers names the distribution of this project
+    that does, and a schema a command cannot use says which command or URL
+    option creates or upgrades it (where the library says ``setup()``).
 
     With ``must_exist``, a ``sqlite:`` URL naming no file is refused instead
     of creating an empty store, and a backend whose opener takes ``create``
@@ -79,10 +83,12 @@ async def open_for_command(
                 yield store
             except MemoryStoreError as exc:
                 if not own_failures_only or _raised_by(exc, store):
-                    raise CommandError(argument, one_line(str(exc)), ExitCode.UNAVAILABLE) from exc
+                    raise CommandError(
+                        argument, _store_words(exc, must_exist=must_exist), ExitCode.UNAVAILABLE
+                    ) from exc
                 others = exc
     except StoreUrlError as exc:
-        raise CommandError(argument, one_line(exc.rule), ExitCode.USAGE) from None
+        raise CommandError(argument, _url_words(exc), ExitCode.USAGE) from None
     except OSError as exc:
         if entered:
             raise
@@ -94,9 +100,50 @@ async def open_for_command(
     except StoreBackendError as exc:
         raise CommandError(argument, one_line(str(exc)), ExitCode.UNAVAILABLE) from exc
     except MemoryStoreError as exc:
-        raise CommandError(argument, one_line(str(exc)), ExitCode.UNAVAILABLE) from exc
+        raise CommandError(
+            argument, _store_words(exc, must_exist=must_exist), ExitCode.UNAVAILABLE
+        ) from exc
     if others is not None:
         raise others
+
+
+def _url_words(error: StoreUrlError) -> str:
+    # A scheme of this project's whose adapter is not installed: the
+    # distribution to install, not only the schemes that are.
+    rule = one_line(error.rule)
+    if isinstance(error, UnknownSchemeError) and error.scheme in BACKEND_DISTRIBUTIONS:
+        return f"{rule}: install {BACKEND_DISTRIBUTIONS[error.scheme]}, which registers it"
+    return rule
+
+
+# What creates or upgrades a store's schema, in the command line's words.
+_WRITERS: Final = (
+    "a command that writes to the store creates and upgrades it (psych-memory import or"
+    " migrate into it, psych-memory-mcp --store), unless its URL says setup=never"
+)
+_NEVER: Final = (
+    "nothing is created or upgraded with setup=never in the URL: remove it, or have the"
+    " schema's owner open the store once without it"
+)
+
+
+def _store_words(error: MemoryStoreError, *, must_exist: bool) -> str:
+    # The library's message, unless it tells a Python caller to call
+    # setup(): a command line has no such call, only commands and options.
+    if not isinstance(error, SchemaVersionError) or (
+        error.found is not None and error.found > error.expected
+    ):
+        return one_line(str(error))
+    if error.found is None:
+        state = (
+            "does not exist (check the URL's schema= option)"
+            if getattr(error, "schema_exists", True) is False
+            else "holds no memory tables yet"
+        )
+    else:
+        state = f"is at schema version {error.found}, older than {error.expected}"
+    advice = f"this command creates and upgrades nothing; {_WRITERS}" if must_exist else _NEVER
+    return one_line(f"{error.where} {state}: {advice}")
 
 
 def _refuse_bad_file(url: str, argument: str, *, must_exist: bool) -> None:

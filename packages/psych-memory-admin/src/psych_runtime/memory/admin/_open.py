@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from importlib.metadata import EntryPoint, entry_points
+from types import MappingProxyType
 from typing import Final
 
 from psych_runtime.memory.port import MemoryStore
@@ -14,7 +15,7 @@ from psych_runtime.memory.port import MemoryStore
 from ._errors import StoreBackendError, StoreUrlError, UnknownSchemeError
 from ._url import REDACTED, redact_url, secrets_in, url_scheme
 
-__all__ = ["ENTRY_POINT_GROUP", "open_memory", "store_schemes"]
+__all__ = ["BACKEND_DISTRIBUTIONS", "ENTRY_POINT_GROUP", "open_memory", "store_schemes"]
 
 ENTRY_POINT_GROUP: Final = "psych_runtime.memory.stores"
 """The entry-point group in which a backend registers its URL scheme(s).
@@ -25,6 +26,20 @@ The opener may also take a keyword-only ``create: bool`` (default ``True``):
 the operator's commands that only read or delete pass ``create=False``, and
 the backend then creates nothing (no schema, no table) where the URL names
 none.
+"""
+
+BACKEND_DISTRIBUTIONS: Final[Mapping[str, str]] = MappingProxyType(
+    {
+        "memory": "psych-memory-inproc",
+        "sqlite": "psych-memory-sqlite",
+        "postgresql": "psych-memory-postgres",
+        "postgres": "psych-memory-postgres",
+    }
+)
+"""The distribution of this project that registers each of its schemes: what to install.
+
+The one table both command lines name a missing backend's distribution
+from; a third-party scheme is not in it.
 """
 
 _log = logging.getLogger("psych_runtime.memory.admin")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import ExitStack
@@ -337,7 +338,15 @@ def _tool_limits(parser: _OneLineParser, args: argparse.Namespace) -> ToolLimits
     try:
         return ToolLimits(args.max_facts, args.max_fact_length, args.max_prompt_chars)
     except (TypeError, ValueError) as error:
-        parser.error(f"a limit is refused: {error}")
+        parser.error(f"a limit is refused: {_option_words(str(error))}")
+
+
+def _option_words(message: str) -> str:
+    # The tools' message speaks to a Python caller (max_facts must be None
+    # or ...); here each limit is an option, and no limit is the value 'none'.
+    for name in _TOOL_LIMIT_HELP:
+        message = re.sub(rf"\b{name}\b", f"--{name.replace('_', '-')}", message)
+    return re.sub(r"\bNone\b", "'none'", message)
 
 
 async def _serve_store(
