@@ -19,6 +19,9 @@ environment; facts live in this process and end with it):
     python docs/examples/agent_loop.py openai --model <model name>
     python docs/examples/agent_loop.py gemini --model <model name>
 
+Without the provider's API key in the environment it stops at once, naming
+the variable; `hatch run demo` runs a scripted session offline instead.
+
 Type `/new` to start a new conversation (memory stays, history goes) and
 `/quit` to stop. The tests run the same functions with each official SDK
 against a scripted model served locally.
@@ -28,6 +31,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
@@ -50,6 +55,14 @@ INSTRUCTIONS = (
     "You are the assistant of a logistics company. Answer briefly. Use the "
     "memory tools to keep durable facts about this user up to date."
 )
+# The environment variables each provider's SDK reads its API key from (any
+# one will do), checked before the first prompt: without one, the SDK fails
+# only at the first call, or on its construction, with a traceback.
+API_KEYS = {
+    "anthropic": ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"),
+    "openai": ("OPENAI_API_KEY",),
+    "gemini": ("GEMINI_API_KEY", "GOOGLE_API_KEY"),
+}
 # A model that keeps calling tools without answering is a bug somewhere;
 # stop instead of looping (and paying) forever.
 MAX_STEPS = 8
@@ -256,14 +269,30 @@ async def chat(provider: str, model: str, tenant: str, end_user_id: str) -> None
             print("model>", await turn(text))
 
 
+def missing_key(provider: str) -> str | None:
+    """The line saying which variable to set, or ``None`` when the provider's key is set."""
+    names = API_KEYS[provider]
+    if any(os.environ.get(name) for name in names):
+        return None
+    return (
+        f"{provider} needs its API key: set {' or '.join(names)} "
+        "(or run `hatch run demo`, which needs no key and no network)"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> None:
-    """Parse the command line and start the chat."""
+    """Parse the command line, check the provider's API key, and start the chat."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("provider", choices=["anthropic", "openai", "gemini"])
+    parser.add_argument("provider", choices=list(API_KEYS))
     parser.add_argument("--model", required=True, help="the provider's model name")
     parser.add_argument("--tenant", default="demo-tenant")
     parser.add_argument("--end-user", default="demo-user")
     args = parser.parse_args(argv)
+    missing = missing_key(args.provider)
+    if missing is not None:
+        # One line and exit 2, as argparse ends a command line it refuses.
+        print(f"{parser.prog}: error: {missing}", file=sys.stderr)
+        sys.exit(2)
     anyio.run(chat, args.provider, args.model, args.tenant, args.end_user)
 
 
