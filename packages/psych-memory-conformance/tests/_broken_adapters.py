@@ -675,8 +675,8 @@ class ExpiresAcrossCase(Correct):
         return deleted
 
 
-class RacyLimit(Correct):
-    """Rule 15: counts with recall, yields (a round trip would), then remembers: two steps."""
+class _LimitOfItsOwn(Correct):
+    """Checks the input of remember_within_limit as the port asks, then limits in ``_within``."""
 
     __slots__ = ()
 
@@ -686,7 +686,22 @@ class RacyLimit(Correct):
     ) -> Memory | None:
         memory_key(scope, end_user_id)
         validate_content(content)
-        max_facts = validate_max_facts(max_facts)
+        return await self._within(scope, end_user_id, content, validate_max_facts(max_facts))
+
+    async def _within(
+        self, scope: Scope, end_user_id: str, content: str, max_facts: int
+    ) -> Memory | None:
+        raise NotImplementedError
+
+
+class RacyLimit(_LimitOfItsOwn):
+    """Rule 15: counts with recall, yields (a round trip would), then remembers: two steps."""
+
+    __slots__ = ()
+
+    async def _within(
+        self, scope: Scope, end_user_id: str, content: str, max_facts: int
+    ) -> Memory | None:
         held = len(await self.recall(scope, end_user_id))
         # Another caller counts the same facts here, before this one adds.
         await anyio.lowlevel.checkpoint()
@@ -695,38 +710,30 @@ class RacyLimit(Correct):
         return await self.remember(scope, end_user_id, content)
 
 
-class IgnoresTheLimit(Correct):
+class IgnoresTheLimit(_LimitOfItsOwn):
     """Rule 15: max_facts is checked, then never compared: every call adds."""
 
     __slots__ = ()
 
-    @refuses_when_closed
-    async def remember_within_limit(
-        self, scope: Scope, end_user_id: str, content: str, *, max_facts: int
+    async def _within(
+        self, scope: Scope, end_user_id: str, content: str, max_facts: int
     ) -> Memory | None:
-        memory_key(scope, end_user_id)
-        validate_content(content)
-        validate_max_facts(max_facts)
         return await self.remember(scope, end_user_id, content)
 
 
-class StoresWhenRefusing(Correct):
+class StoresWhenRefusing(_LimitOfItsOwn):
     """Rule 15: adds first and counts afterwards: the answer is None, the fact stays stored."""
 
     __slots__ = ()
 
-    @refuses_when_closed
-    async def remember_within_limit(
-        self, scope: Scope, end_user_id: str, content: str, *, max_facts: int
+    async def _within(
+        self, scope: Scope, end_user_id: str, content: str, max_facts: int
     ) -> Memory | None:
-        memory_key(scope, end_user_id)
-        validate_content(content)
-        max_facts = validate_max_facts(max_facts)
         fact = await self.remember(scope, end_user_id, content)
         return None if len(await self.recall(scope, end_user_id)) > max_facts else fact
 
 
-class LimitCountsEveryFactEverAdded(Correct):
+class LimitCountsEveryFactEverAdded(_LimitOfItsOwn):
     """Rule 15: counts the facts ever added, as a sequence number would: forget frees no place."""
 
     __slots__ = ("_added",)
@@ -735,13 +742,10 @@ class LimitCountsEveryFactEverAdded(Correct):
         super().__init__()
         self._added: dict[MemoryKey, int] = {}
 
-    @refuses_when_closed
-    async def remember_within_limit(
-        self, scope: Scope, end_user_id: str, content: str, *, max_facts: int
+    async def _within(
+        self, scope: Scope, end_user_id: str, content: str, max_facts: int
     ) -> Memory | None:
         key = memory_key(scope, end_user_id)
-        validate_content(content)
-        max_facts = validate_max_facts(max_facts)
         held = max(self._added.get(key, 0), len(await self.recall(scope, end_user_id)))
         if held >= max_facts:
             return None
