@@ -123,7 +123,7 @@ def _next_fence(lines: list[str], marker: int) -> int | None:
 # The program that runs in the page's process: it reads the blocks from the
 # file named by its argument, and runs them in order in one namespace.
 RUNNER = r"""
-import ast, asyncio, builtins, inspect, ipaddress, json, linecache, socket, sys
+import ast, asyncio, builtins, inspect, ipaddress, json, linecache, socket, sys, traceback
 
 LOCAL = {"localhost", "localhost.localdomain", "ip6-localhost"}
 
@@ -180,6 +180,11 @@ try:
             loop.run_until_complete(eval(code, namespace))
         else:
             exec(code, namespace)
+except Exception:
+    # Printed here, from the lines the page holds: before 3.13 the
+    # interpreter's own report reads the source from the file system.
+    traceback.print_exc()
+    sys.exit(1)
 finally:
     loop.run_until_complete(loop.shutdown_asyncgens())
     loop.close()
