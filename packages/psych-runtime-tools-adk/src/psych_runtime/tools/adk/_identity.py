@@ -2,12 +2,39 @@
 
 from __future__ import annotations
 
+import logging
+from typing import Final
+
 from google.adk.agents.readonly_context import ReadonlyContext
 
 from psych_runtime.memory.port import MemoryKey, memory_key
 from psych_runtime.tools.builtins import NoEndUserError
 
 __all__ = ["check_tenant", "memory_key_of"]
+
+# Where ADK logs, with its traceback at ERROR, an exception that ends a run
+# before handing it to the caller of ``Runner.run_async``.
+_ADK_RUN_LOGGERS: Final = (
+    "google_adk.google.adk.workflow._node_runner",
+    "google_adk.google.adk.runners",
+)
+
+
+class _WithoutNoEndUser(logging.Filter):
+    """Drops ADK's records of a `NoEndUserError`: the application gets the exception itself.
+
+    A run without an end user is the application's mistake, reported to it
+    by the exception; a traceback at ERROR in ADK's log on top would page
+    an operator for it. Every other record passes.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.exc_info is None or not isinstance(record.exc_info[1], NoEndUserError)
+
+
+_FILTER: Final = _WithoutNoEndUser()
+for _name in _ADK_RUN_LOGGERS:
+    logging.getLogger(_name).addFilter(_FILTER)
 
 
 def check_tenant(tenant: str | None) -> str | None:

@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from google.adk.agents.llm_agent import ToolUnion
+from google.adk.models.llm_request import LlmRequest
 from google.adk.tools.base_tool import BaseTool
 from google.adk.tools.tool_context import ToolContext
 from google.genai import types
@@ -31,6 +32,14 @@ class _MemoryTool(BaseTool):
     def _get_declaration(self) -> types.FunctionDeclaration:
         return types.FunctionDeclaration.model_validate(self._spec.as_gemini())
 
+    async def process_llm_request(
+        self, *, tool_context: ToolContext, llm_request: LlmRequest
+    ) -> None:
+        # ADK offers each tool to the model here, before every model call: a
+        # session without a user fails now, not at the model's first call.
+        memory_key_of(tool_context, self._tenant)
+        await super().process_llm_request(tool_context=tool_context, llm_request=llm_request)
+
     async def run_async(self, *, args: dict[str, Any], tool_context: ToolContext) -> Any:
         key = memory_key_of(tool_context, self._tenant)
         result = await MemoryTools(self._memory, key, limits=self._limits).call(self.name, args)
@@ -50,7 +59,9 @@ def memory_tools(
     (`ToolSpec.as_gemini`): only ``content``, or only ``memory_id``; a call
     that adds a tenant or an end user is refused like any other unknown
     argument. The result is the Python tools' JSON object, a refusal
-    included (``{"error": ...}``).
+    included (``{"error": ...}``). A session without a user raises
+    `NoEndUserError` when the tools are offered to the model, before it is
+    called.
 
     Args:
         memory: Any `MemoryStore`.
