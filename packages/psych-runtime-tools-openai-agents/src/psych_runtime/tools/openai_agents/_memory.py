@@ -39,7 +39,8 @@ _BaseInstructions = (
 )
 
 # The tools bound to the most recent end users are kept, so that parallel
-# calls for one user share one toolset and count and add one at a time.
+# calls for one user share one toolset: with a store that does not keep the
+# cap itself (`RemembersWithinLimit`), they count and add one at a time.
 _BOUND_KEPT: Final = 1024
 
 

@@ -138,7 +138,8 @@ class MemoryToolset(AbstractToolset[DepsT], Generic[DepsT]):
         bound = MemoryToolset(
             self._memory, identity=self._identity, limits=self._limits, id=self._id
         )
-        # One MemoryTools per run: its parallel remember calls count and add one at a time.
+        # One MemoryTools per run: with a store that does not keep the cap
+        # itself, its parallel remember calls count and add one at a time.
         bound._bound = tools
         return bound
 
