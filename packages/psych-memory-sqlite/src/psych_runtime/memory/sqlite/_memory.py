@@ -393,7 +393,8 @@ class SqliteMemory(MemoryStore):
         """
         key = memory_key(scope, end_user_id)
         content = validate_content(content)
-        max_facts = validate_max_facts(max_facts)
+        # A limit past what SQLite's integers hold is no limit: as large as they go.
+        max_facts = bounded_limit(validate_max_facts(max_facts))
         full = (key.tenant, key.end_user_id, max_facts)
 
         def insert(conn: sqlite3.Connection) -> Memory | None:
