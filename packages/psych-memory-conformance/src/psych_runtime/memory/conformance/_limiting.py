@@ -114,6 +114,8 @@ class LimitChecks(Harness):
             # Other keys have places of their own, whatever the main key holds.
             for pair in (SAME_TENANT, SAME_END_USER):
                 await self._added(store, pair, "another key's fact", 1, [])
+            # A limit no integer column holds is no limit (no store holds that many).
+            await self._added(store, (MAIN[0], "unlimited"), "below any limit", 2**64, [])
             check(
                 await store.recall(*MAIN) == tuple(added),
                 15,
