@@ -1,14 +1,14 @@
 """The errors of opening a store by URL, and of the operations on open stores.
 
 Two small families, on the standard library's bases. The URL cannot name a
-store (the caller's mistake)::
+store (the caller's mistake):
 
     ValueError
      └── StoreUrlError            no scheme, or a rule of the scheme's backend broken
           └── UnknownSchemeError  no installed backend registers the scheme
 
 and the backend registered for the scheme cannot be used (an installation's
-mistake)::
+mistake):
 
     RuntimeError
      └── StoreBackendError        it does not load, is registered twice, or breaks
@@ -22,7 +22,7 @@ The operations on open stores (counting, export, import, erasure,
 migration) refuse what a rule forbids with one family; each error names the
 store by its role in the operation (``"store"``, ``"source"``,
 ``"target"``), never by how a caller spelt it, and nothing changed unless
-it says so::
+it says so:
 
     RuntimeError
      ├── OperationRefusedError

@@ -1,7 +1,7 @@
 """The export format: one end user's facts as JSON or JSON Lines, and reading it back.
 
 Version 1, documented with its JSON Schema on the operator's page. ``json``
-is one object::
+is one object:
 
     {"format": "psych-memory-export", "version": 1, "tenant": "...",
      "end_user_id": "...", "exported_at": "...Z", "facts": [

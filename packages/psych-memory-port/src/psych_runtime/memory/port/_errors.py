@@ -1,7 +1,7 @@
 """Every error a memory store may raise, shared by all adapters.
 
 Two small hierarchies, on the standard library's bases, so callers can catch
-either the precise class or the familiar one. The caller's mistakes::
+either the precise class or the familiar one. The caller's mistakes:
 
     ValueError
      └── InvalidInputError          a value broke a rule of the port
@@ -10,7 +10,7 @@ either the precise class or the familiar one. The caller's mistakes::
           ├── InvalidLimitError      the limit of recall
           └── StalePageError         a page read after a fact no longer held
 
-and the store's failures, which are not the caller's fault::
+and the store's failures, which are not the caller's fault:
 
     Exception
      └── MemoryStoreError           the store could not do what was asked

@@ -23,7 +23,7 @@ store_events: Final[
 """The listener of the current call's events, or ``None`` (the default).
 
 A store reports an event by calling the listener with a name and its
-attributes, which never hold personal data (no content, key or tenant)::
+attributes, which never hold personal data (no content, key or tenant):
 
     listener = store_events.get()
     if listener is not None:

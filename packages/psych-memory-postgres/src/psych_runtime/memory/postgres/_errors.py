@@ -1,7 +1,5 @@
 """Errors of the PostgreSQL adapter, as subclasses of the port's store failures.
 
-::
-
     MemoryStoreError (port)
      ├── PostgresMemoryError            anything this adapter raises of its own
      │    ├── SchemaVersionError        also the port's SchemaVersionError

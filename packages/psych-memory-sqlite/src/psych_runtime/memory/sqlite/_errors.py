@@ -5,7 +5,7 @@ and the `InvalidInputError` family). A path that cannot be used raises the
 standard `OSError` subclasses at open (`FileNotFoundError`,
 `NotADirectoryError`, `IsADirectoryError`, `PermissionError`). Everything
 else is a `MemoryStoreError` of the port, so code that knows only the port can
-catch it::
+catch it:
 
     MemoryStoreError (port)
      └── SqliteMemoryError

@@ -152,7 +152,7 @@ class SqliteMemory(MemoryStore):
     """Facts kept in one SQLite database file, which survive restarts and crashes.
 
     Open the store before use and close it afterwards, most simply with
-    ``async with``::
+    ``async with``:
 
         async with SqliteMemory("memory.sqlite3") as memory:
             await memory.remember("acme", "user-42", "prefers the Berlin warehouse")
