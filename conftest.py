@@ -6,9 +6,12 @@ from the rootdir down to each test. The test folders of the distributions
 keep only what is theirs.
 """
 
+import importlib.util
 import os
+import sys
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import NoReturn
 
 import pytest
@@ -90,3 +93,40 @@ def postgres_schema(postgres_dsn: str) -> Iterator[str]:
     yield name
     with psycopg.connect(postgres_dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """After a run that ran the docs' and READMEs' examples, say how many blocks they ran.
+
+    The tests run each page's blocks on workers, whose output pytest does
+    not show; the count is made here, from the same extractor, once the
+    page tests have passed.
+    """
+    passed = [
+        report.nodeid
+        for report in terminalreporter.stats.get("passed", [])
+        if report.when == "call" and "_examples.py::test_" in report.nodeid
+    ]
+    if not passed:
+        return
+    root = Path(__file__).resolve().parent
+    spec = importlib.util.spec_from_file_location(
+        "_psych_blocks", root / "tests-integration" / "_blocks.py"
+    )
+    if spec is None or spec.loader is None:  # pragma: no cover - the file is in the tree
+        return
+    blocks_module = importlib.util.module_from_spec(spec)
+    # Registered first: its dataclasses look their module up by name.
+    sys.modules[spec.name] = blocks_module
+    spec.loader.exec_module(blocks_module)
+    pages = [
+        *sorted(root.glob("docs/*.md")),
+        root / "README.md",
+        *sorted(root.glob("packages/*/README.md")),
+    ]
+    blocks = [block for page in pages for block in blocks_module.extract(page)]
+    marked = sum(1 for block in blocks if block.not_run is not None)
+    terminalreporter.write_line(
+        f"code blocks of the docs and READMEs: {len(blocks) - marked} run,"
+        f" {marked} marked not to run ({len(passed)} example tests passed)"
+    )
