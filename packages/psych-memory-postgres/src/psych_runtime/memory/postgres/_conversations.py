@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from hashlib import blake2b
 from time import monotonic
 from typing import Any, Final
 
@@ -34,9 +35,11 @@ __all__ = [
     "expiry_batch",
     "fact_counts",
     "forget",
+    "limit_lock",
     "recall",
     "recall_page",
     "remember",
+    "remember_within_limit",
     "restore_many",
     "schema_version",
     "tenants",
@@ -78,6 +81,63 @@ def remember(sql: Statements, key: MemoryKey, content: str, memory_id: str) -> C
         # Another fact holds this id: 128 random bits make this a
         # curiosity, but a new id is all it takes.
         memory_id = new_memory_id()
+
+
+def remember_within_limit(
+    sql: Statements, key: MemoryKey, content: str, memory_id: str, max_facts: int
+) -> Conversation[Memory | None]:
+    """Insert the fact under ``memory_id`` unless the key holds ``max_facts``; one round trip.
+
+    The count and the insert run under the key's lock (`limit_lock`), in
+    one script: ``None`` when the key held ``max_facts`` facts or more. A
+    replay returns the row already stored, whatever the count says now.
+    """
+    lock = limit_lock(sql.schema, key)
+    while True:
+        rows, _ = yield (
+            sql.remember_within_limit,
+            (
+                lock,
+                key.tenant,
+                key.end_user_id,
+                max_facts,
+                memory_id,
+                key.tenant,
+                key.end_user_id,
+                content,
+                max_facts,
+                key.tenant,
+                memory_id,
+            ),
+        )
+        added, held, end_user_id, stored, created_at = rows[0]
+        if added is not None:
+            return Memory(memory_id, key, content, utc(added))
+        if end_user_id is not None:
+            if end_user_id == key.end_user_id and stored == content:
+                # An earlier attempt of this call stored it before its
+                # connection broke.
+                return Memory(memory_id, key, content, utc(created_at))
+            # Another fact holds this id (see `remember`).
+            memory_id = new_memory_id()
+            continue
+        if held >= max_facts:
+            return None
+        # The id's row was committed after the statement's snapshot was
+        # taken: the next attempt sees it.
+
+
+def limit_lock(schema: str, key: MemoryKey) -> int:
+    """The advisory lock (a signed 64-bit key) that `remember_within_limit` takes for ``key``.
+
+    Every process and release serving the store must compute the same
+    number for a key: the first 8 bytes of BLAKE2b over the schema, the
+    tenant and the end user in UTF-8, each followed by a NUL (a character
+    none of them may hold), read as a big-endian signed integer. Two keys
+    sharing a number only take turns.
+    """
+    text = f"{schema}\0{key.tenant}\0{key.end_user_id}\0".encode()
+    return int.from_bytes(blake2b(text, digest_size=8).digest(), "big", signed=True)
 
 
 def restore_many(sql: Statements, plan: RestorePlan) -> Conversation[int]:

@@ -71,6 +71,7 @@ from ._replays import (
     replay_settings,
     replays,
 )
+from ._schema import Script
 from ._translate import NoServerInTime, never_reached_server
 
 __all__ = [
@@ -684,8 +685,9 @@ async def _execute_async(
     conn: AsyncConnection[Any], statement: Statement, bounds: bytes
 ) -> AsyncCursor[Any]:
     # Runs the statement, after its bounds if any, in one round trip; the
-    # cursor returned holds the statement's result. See `_bounded`.
-    if not bounds:
+    # cursor returned holds the statement's result. See `_bounded`. A
+    # `Script` always goes as one simple query, bounds or not.
+    if not bounds and type(statement[0]) is not Script:
         # A cursor per statement, made only here: most calls never need one.
         cursor = conn.cursor()
         await cursor.execute(statement[0], statement[1])
@@ -722,7 +724,7 @@ def _converse_sync(
 
 
 def _execute_sync(conn: Connection[Any], statement: Statement, bounds: bytes) -> Cursor[Any]:
-    if not bounds:
+    if not bounds and type(statement[0]) is not Script:
         cursor = conn.cursor()
         cursor.execute(statement[0], statement[1])
         return cursor
@@ -735,7 +737,8 @@ _C = TypeVar("_C", AsyncClientCursor[Any], ClientCursor[Any])
 
 
 def _last_result(client: _C) -> _C:
-    # The statement's result is the query's last, after the bounds.
+    # The statement's result is the query's last, after the bounds (and,
+    # for a `Script`, after its own statements before the last).
     while client.nextset():
         pass
     return client

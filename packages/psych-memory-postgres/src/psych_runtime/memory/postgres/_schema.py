@@ -38,6 +38,7 @@ __all__ = [
     "FEW_FACTS",
     "MIGRATIONS",
     "SCHEMA_VERSION",
+    "Script",
     "Statements",
     "Step",
     "setup_steps",
@@ -197,6 +198,20 @@ caller's rights. Part of migration 3: never edited once released.
 _SYNCED: Final = " AND (SELECT set_config('synchronous_commit', 'remote_apply', true)) IS NOT NULL"
 
 
+class Script(bytes):
+    """Several statements sent as one query of the simple protocol.
+
+    The server runs them as one implicit transaction, in one round trip,
+    each statement with a snapshot of its own (in ``READ COMMITTED``);
+    values are bound by the client and nothing is prepared, so a script
+    runs alike on every path, behind a transaction pooler included. The
+    runner sends a statement of this type that way even where it sends
+    the others alone.
+    """
+
+    __slots__ = ()
+
+
 @dataclass(frozen=True, slots=True)
 class Statements:
     """The statements of one store, rendered once for its schema.
@@ -217,6 +232,7 @@ class Statements:
     """
 
     remember: bytes
+    remember_within_limit: Script
     restore_many: bytes
     fact: bytes
     owners: bytes
@@ -263,6 +279,34 @@ class Statements:
                 "INSERT INTO {memories} (id, tenant, end_user_id, content)"
                 " VALUES (%s, %s, %s, %s)"
                 " ON CONFLICT (tenant, id) DO NOTHING RETURNING created_at AT TIME ZONE 'UTC'"
+            ),
+            # The count and the insert under a lock of the key, held until
+            # the script's implicit transaction ends: the WITH statement's
+            # snapshot is taken once the lock is granted, so it sees every
+            # fact a call that held the lock before committed. READ
+            # COMMITTED whatever the session's default: in REPEATABLE READ
+            # the transaction's snapshot would be the lock statement's,
+            # taken before the wait. The count reads at most max_facts
+            # entries of the key's index. One row comes back: the new
+            # fact's time (NULL when nothing was added), the facts counted,
+            # and when nothing was added, the fact already holding the id,
+            # if any (a replay finds the first attempt's row there).
+            remember_within_limit=Script(
+                render(
+                    "SET TRANSACTION ISOLATION LEVEL READ COMMITTED;"
+                    " SELECT pg_advisory_xact_lock(%s::bigint);"
+                    " WITH held AS (SELECT count(*) AS n FROM (SELECT FROM {memories}"
+                    " WHERE tenant = %s AND end_user_id = %s ORDER BY seq LIMIT %s::bigint)"
+                    " AS facts), added AS (INSERT INTO {memories} (id, tenant, end_user_id,"
+                    " content) SELECT %s, %s, %s, %s FROM held WHERE held.n < %s::bigint"
+                    " ON CONFLICT (tenant, id) DO NOTHING RETURNING created_at)"
+                    " SELECT added.created_at AT TIME ZONE 'UTC', held.n, owner.end_user_id,"
+                    " owner.content, owner.created_at FROM held LEFT JOIN added ON true"
+                    " LEFT JOIN LATERAL (SELECT end_user_id, content,"
+                    " created_at AT TIME ZONE 'UTC' AS created_at FROM {memories}"
+                    " WHERE added.created_at IS NULL AND tenant = %s AND id = %s) AS owner"
+                    " ON true"
+                )
             ),
             # Each column comes as a JSON array (see the conversation);
             # ROWS FROM zips them. Times come as ISO 8601 text with an

@@ -30,6 +30,7 @@ from psych_runtime.memory.port import (
     validate_content,
     validate_cutoff,
     validate_limit,
+    validate_max_facts,
     validate_memory_id,
     validate_page,
     validate_restored,
@@ -128,7 +129,9 @@ class PostgresMemory(MemoryStore):
     changes the schema or its tables.
 
     Beyond the port it provides ``ListsEndUsers``, ``CountsFacts``,
-    ``RestoresFacts``, ``PagesFacts`` and ``ExpiresFacts``.
+    ``RestoresFacts``, ``PagesFacts``, ``ExpiresFacts`` and
+    ``RemembersWithinLimit`` (its count and insert under a lock of the key,
+    in one round trip).
 
     Failures are the port's: `StoreUnavailableError` (with a truthful
     ``may_have_taken_effect``), `SchemaVersionError`, ``StoreClosedError``,
@@ -496,6 +499,46 @@ class PostgresMemory(MemoryStore):
         return await self._run(
             "remember",
             partial(conversations.remember, self._sql, key, content, memory_id),
+            replayable=True,
+        )
+
+    async def remember_within_limit(
+        self, scope: Scope, end_user_id: str, content: str, *, max_facts: int
+    ) -> Memory | None:
+        """Add a fact unless the key holds ``max_facts``; see `RemembersWithinLimit`.
+
+        One round trip, as `remember`: one query of the simple protocol
+        that takes the key's advisory lock for its transaction
+        (``pg_advisory_xact_lock``), then counts at most ``max_facts``
+        facts of the key and inserts only below that, in a statement whose
+        snapshot is taken once the lock is granted. Calls on one key take
+        turns on every connection, process and pooler's server connection
+        of the store; a plain `remember` takes no lock, and its fact counts
+        but is never refused. The wait for the lock is bounded by
+        ``lock_timeout``. With ``max_facts=0`` nothing is sent.
+
+        The id is chosen before the query, which is replayed on a fresh
+        connection if the connection breaks and then returns the fact the
+        first attempt stored, if it did, as `remember` does.
+        """
+        key = memory_key(scope, end_user_id)
+        content = validate_content(content)
+        max_facts = validate_max_facts(max_facts)
+        if not max_facts:
+            # Every key holds zero facts or more: nothing to count.
+            self._check_open("remember_within_limit")
+            return None
+        memory_id = new_memory_id()
+        return await self._run(
+            "remember_within_limit",
+            partial(
+                conversations.remember_within_limit,
+                self._sql,
+                key,
+                content,
+                memory_id,
+                bounded_limit(max_facts),
+            ),
             replayable=True,
         )
 
