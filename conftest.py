@@ -6,16 +6,23 @@ from the rootdir down to each test. The test folders of the distributions
 keep only what is theirs.
 """
 
+from __future__ import annotations
+
 import importlib.util
 import os
 import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import pytest
 from hypothesis import settings
+
+if TYPE_CHECKING:
+    # Public as pytest.TerminalReporter only in the newer releases the
+    # range allows.
+    from _pytest.terminal import TerminalReporter
 
 # Speed is measured by the benchmarks and never asserted by a test: a
 # Hypothesis deadline would fail an example that a garbage collection or a
@@ -95,7 +102,7 @@ def postgres_schema(postgres_dsn: str) -> Iterator[str]:
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
 
 
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+def pytest_terminal_summary(terminalreporter: TerminalReporter) -> None:
     """After a run that ran the docs' and READMEs' examples, say how many blocks they ran.
 
     The tests run each page's blocks on workers, whose output pytest does

@@ -28,6 +28,8 @@ from _broken_adapters import (  # type: ignore[import-not-found]
     ForgetIgnoresKey,
     ForgetRaisesOnMissing,
     IgnoresClose,
+    IgnoresTheLimit,
+    LimitCountsEveryFactEverAdded,
     LimitTakesNewest,
     ListsEmptiedKeys,
     LosesConcurrentWrites,
@@ -36,10 +38,12 @@ from _broken_adapters import (  # type: ignore[import-not-found]
     PagerIgnoresAStaleAfter,
     PagerRepeatsAtPageBoundaries,
     PagerSkipsAtPageBoundaries,
+    RacyLimit,
     RestoreLosesMicroseconds,
     RestoreOverwrites,
     RuntimeErrorAfterClose,
     SoftDelete,
+    StoresWhenRefusing,
     StripsContent,
     ValidatesAfterStoring,
 )
@@ -192,3 +196,19 @@ class TestExpireOnlyHides(_KitAgainst):
 
 class TestExpiresAcrossCase(_KitAgainst):
     adapter = ExpiresAcrossCase
+
+
+class TestRacyLimit(_KitAgainst):
+    adapter = RacyLimit
+
+
+class TestIgnoresTheLimit(_KitAgainst):
+    adapter = IgnoresTheLimit
+
+
+class TestStoresWhenRefusing(_KitAgainst):
+    adapter = StoresWhenRefusing
+
+
+class TestLimitCountsEveryFactEverAdded(_KitAgainst):
+    adapter = LimitCountsEveryFactEverAdded

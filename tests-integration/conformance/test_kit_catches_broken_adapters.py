@@ -60,6 +60,10 @@ EXPECTED = {
     "TestExpiresAtTheCutoff": {14},
     "TestExpireOnlyHides": {14},
     "TestExpiresAcrossCase": {14},
+    "TestRacyLimit": {15},
+    "TestIgnoresTheLimit": {15},
+    "TestStoresWhenRefusing": {15},
+    "TestLimitCountsEveryFactEverAdded": {15},
 }
 
 
