@@ -89,42 +89,42 @@ def remember_within_limit(
     """Insert the fact under ``memory_id`` unless the key holds ``max_facts``; one round trip.
 
     The count and the insert run under the key's lock (`limit_lock`), in
-    one script: ``None`` when the key held ``max_facts`` facts or more. A
-    replay returns the row already stored, whatever the count says now.
+    one script that ends by reading the fact holding the id: ``None`` when
+    there is none, as the insert was refused at the cap. A replay returns
+    the row its first attempt stored, whatever the count says now.
     """
     lock = limit_lock(sql.schema, key)
+    tenant, end_user_id = key.tenant, key.end_user_id
     while True:
         rows, _ = yield (
             sql.remember_within_limit,
             (
                 lock,
-                key.tenant,
-                key.end_user_id,
-                max_facts,
                 memory_id,
-                key.tenant,
-                key.end_user_id,
+                tenant,
+                end_user_id,
                 content,
+                tenant,
+                end_user_id,
                 max_facts,
-                key.tenant,
+                max_facts,
+                tenant,
                 memory_id,
             ),
         )
-        added, held, end_user_id, stored, created_at = rows[0]
-        if added is not None:
-            return Memory(memory_id, key, content, utc(added))
-        if end_user_id is not None:
-            if end_user_id == key.end_user_id and stored == content:
-                # An earlier attempt of this call stored it before its
-                # connection broke.
-                return Memory(memory_id, key, content, utc(created_at))
-            # Another fact holds this id (see `remember`).
-            memory_id = new_memory_id()
-            continue
-        if held >= max_facts:
+        if not rows:
+            # Refused at the cap. (The only other way to find no row: a
+            # replay whose first attempt's fact was deleted between the
+            # script's insert and its read; nothing of the call is held,
+            # which is what None says.)
             return None
-        # The id's row was committed after the statement's snapshot was
-        # taken: the next attempt sees it.
+        owner, stored, created_at = rows[0]
+        if owner == end_user_id and stored == content:
+            # Inserted now, or by an earlier attempt of this call before
+            # its connection broke.
+            return Memory(memory_id, key, content, utc(created_at))
+        # Another fact holds this id (see `remember`).
+        memory_id = new_memory_id()
 
 
 def limit_lock(schema: str, key: MemoryKey) -> int:

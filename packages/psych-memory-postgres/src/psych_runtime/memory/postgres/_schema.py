@@ -281,31 +281,26 @@ class Statements:
                 " ON CONFLICT (tenant, id) DO NOTHING RETURNING created_at AT TIME ZONE 'UTC'"
             ),
             # The count and the insert under a lock of the key, held until
-            # the script's implicit transaction ends: the WITH statement's
-            # snapshot is taken once the lock is granted, so it sees every
-            # fact a call that held the lock before committed. READ
-            # COMMITTED whatever the session's default: in REPEATABLE READ
-            # the transaction's snapshot would be the lock statement's,
-            # taken before the wait. The count reads at most max_facts
-            # entries of the key's index. One row comes back: the new
-            # fact's time (NULL when nothing was added), the facts counted,
-            # and when nothing was added, the fact already holding the id,
-            # if any (a replay finds the first attempt's row there).
+            # the script's implicit transaction ends: the INSERT's snapshot
+            # is taken once the lock is granted, so it counts every fact a
+            # call that held the lock before committed. READ COMMITTED
+            # whatever the session's default: in REPEATABLE READ the
+            # transaction's snapshot would be the lock statement's, taken
+            # before the wait. The count reads at most max_facts entries of
+            # the key's index. The last statement, with a snapshot of its
+            # own, reads the fact holding the id: this call's, inserted now
+            # or by an earlier attempt (a replay), another key's (the id is
+            # taken), or none (refused at the cap).
             remember_within_limit=Script(
                 render(
                     "SET TRANSACTION ISOLATION LEVEL READ COMMITTED;"
                     " SELECT pg_advisory_xact_lock(%s::bigint);"
-                    " WITH held AS (SELECT count(*) AS n FROM (SELECT FROM {memories}"
-                    " WHERE tenant = %s AND end_user_id = %s ORDER BY seq LIMIT %s::bigint)"
-                    " AS facts), added AS (INSERT INTO {memories} (id, tenant, end_user_id,"
-                    " content) SELECT %s, %s, %s, %s FROM held WHERE held.n < %s::bigint"
-                    " ON CONFLICT (tenant, id) DO NOTHING RETURNING created_at)"
-                    " SELECT added.created_at AT TIME ZONE 'UTC', held.n, owner.end_user_id,"
-                    " owner.content, owner.created_at FROM held LEFT JOIN added ON true"
-                    " LEFT JOIN LATERAL (SELECT end_user_id, content,"
-                    " created_at AT TIME ZONE 'UTC' AS created_at FROM {memories}"
-                    " WHERE added.created_at IS NULL AND tenant = %s AND id = %s) AS owner"
-                    " ON true"
+                    " INSERT INTO {memories} (id, tenant, end_user_id, content)"
+                    " SELECT %s, %s, %s, %s WHERE (SELECT count(*) FROM (SELECT FROM {memories}"
+                    " WHERE tenant = %s AND end_user_id = %s LIMIT %s::bigint) AS facts)"
+                    " < %s::bigint ON CONFLICT (tenant, id) DO NOTHING;"
+                    " SELECT end_user_id, content, created_at AT TIME ZONE 'UTC' FROM {memories}"
+                    " WHERE tenant = %s AND id = %s"
                 )
             ),
             # Each column comes as a JSON array (see the conversation);
