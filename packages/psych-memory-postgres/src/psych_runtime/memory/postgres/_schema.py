@@ -225,6 +225,8 @@ class Statements:
     doing the same in one call where statements are not prepared; for a key
     of more it runs ``erase_bound`` and ``erase_batch`` as often as the key
     needs, then ``erase_rest``, inside one transaction.
+    ``remember_within_limit`` is a `Script`: the key's lock, the counting
+    insert and the read of its fact, one implicit transaction.
 
     Every time is read as ``created_at AT TIME ZONE 'UTC'``, a time without
     zone in UTC: the session's ``TimeZone`` can neither shift it nor push it

@@ -117,8 +117,9 @@ class PostgresMemory(MemoryStore):
     upgrade the tables in ``schema``.
 
     Each operation is one SQL statement (``remember`` adds a second one only
-    when it replays), so it is atomic and no other connection ever sees part
-    of it; ``erase`` is one statement too for an end user of at most a
+    when it replays; ``remember_within_limit`` is a few in one query, one
+    implicit transaction), so it is atomic and no other connection ever
+    sees part of it; ``erase`` is one statement too for an end user of at most a
     thousand facts, and for a bigger one a series of short ``DELETE``
     statements in one transaction, which is just as atomic and never meets
     ``statement_timeout`` however many facts the end user holds. Order comes
