@@ -37,7 +37,7 @@ from psych_runtime.memory.port import (
     StoreClosedError,
     new_memory_id,
 )
-from psych_runtime.memory.postgres import PostgresMemory, open_url
+from psych_runtime.memory.postgres import PostgresMemory, StoreUnavailableError, open_url
 from psych_runtime.memory.postgres import _conversations as conversations
 
 if TYPE_CHECKING:
@@ -433,3 +433,27 @@ async def test_a_cancelled_call_is_decided_before_the_cancellation_arrives(
             # arrived: a worker thread's call that returned is not undone.)
             assert seen == [1]
             assert await store.remember_within_limit("acme", "u1", "over", max_facts=1) is None
+
+
+@pytest.mark.anyio
+async def test_a_wait_for_the_keys_lock_is_bounded_by_lock_timeout(
+    postgres_dsn: str, schema: str
+) -> None:
+    # Another session holds the key's lock (the number the docs define):
+    # the call gives up after lock_timeout, having stored nothing, and
+    # other keys are not held up.
+    key = MemoryKey("acme", "u1")
+    async with PostgresMemory.connect(
+        postgres_dsn, schema=schema, max_size=2, lock_timeout=0.2
+    ) as store:
+        await store.setup()
+        with psycopg.connect(postgres_dsn) as holder:
+            holder.execute(
+                "SELECT pg_advisory_xact_lock(%s)", (conversations.limit_lock(schema, key),)
+            )
+            with anyio.fail_after(_BOUND), pytest.raises(StoreUnavailableError) as raised:
+                await store.remember_within_limit("acme", "u1", "waits", max_facts=3)
+            assert raised.value.may_have_taken_effect is False
+            assert await store.remember_within_limit("acme", "u2", "free", max_facts=3)
+        assert await store.recall("acme", "u1") == ()
+        assert await store.remember_within_limit("acme", "u1", "now", max_facts=3)
