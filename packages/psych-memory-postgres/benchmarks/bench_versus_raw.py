@@ -295,6 +295,188 @@ async def compare(dsn: str, schema: str, count: int, rounds: int, *, pooled: boo
     print("\n" + ERASE_HEADER + "\n" + "\n".join(erase_lines), flush=True)
 
 
+# -- the contended mixed load: more tasks than connections -------------------
+
+CONTENDED_TASKS = 16
+CONTENDED_POOL = 4
+CONTENDED_CALLS = 50
+"""Calls of each task: half ``recall``, a quarter ``remember``, a quarter ``forget``."""
+CONTENDED_FACTS = 10_000
+"""Facts stored before each measurement, spread evenly over its end users."""
+
+
+def contended_workload(
+    target: PostgresMemory | Raw, schema: str, users: int, seed: int
+) -> list[list[Call]]:
+    """One list of calls per task, each task on end users of its own, data ready.
+
+    Task ``t`` owns the end users ``u`` with ``u % 16 == t``; each call goes
+    to the next of them in turn. Each task's kinds of call are shuffled with
+    a seed that depends on the round and the task alone, so both sides of a
+    round run the same sequence; a ``forget`` names a fact of the task's own
+    end users, each fact once.
+    """
+    tag = uuid4().hex[:8]
+    facts = fill(schema, f"{tag}u", users, CONTENDED_FACTS // users)
+    known: dict[str, list[str]] = {}
+    for user, memory_id in facts:
+        known.setdefault(user, []).append(memory_id)
+    recalls = CONTENDED_CALLS // 2
+    remembers = (CONTENDED_CALLS - recalls) // 2
+    lanes: list[list[Call]] = []
+    for task in range(CONTENDED_TASKS):
+        own = [f"{tag}u{u}" for u in range(task, users, CONTENDED_TASKS)]
+        kinds = ["recall"] * recalls + ["remember"] * remembers
+        kinds += ["forget"] * (CONTENDED_CALLS - len(kinds))
+        random.Random(seed * 1_000 + task).shuffle(kinds)
+        lane: list[Call] = []
+        for n, kind in enumerate(kinds):
+            user = own[n % len(own)]
+            if kind == "recall":
+                lane.append(partial(target.recall, "bench", user))
+            elif kind == "remember":
+                lane.append(partial(target.remember, "bench", user, f"fact {n}"))
+            else:
+                lane.append(partial(target.forget, "bench", user, known[user].pop()))
+        lanes.append(lane)
+    return lanes
+
+
+@dataclass
+class Counts:
+    """Turns of the event loop and tasks created, per call, counted outside the timed rounds."""
+
+    turns: list[float] = field(default_factory=list)
+    tasks: list[float] = field(default_factory=list)
+
+
+async def run_lanes(lanes: list[list[Call]]) -> None:
+    async def lane(calls: list[Call]) -> None:
+        for call in calls:
+            await call()
+
+    await asyncio.gather(*(lane(calls) for calls in lanes))
+
+
+async def timed_lanes(lanes: list[list[Call]], clock: ServerClock | None, side: Side) -> None:
+    calls = sum(len(lane) for lane in lanes)
+    server = clock.read() if clock else None
+    cpu = time.process_time()
+    start = time.perf_counter()
+    await run_lanes(lanes)
+    side.walls.append(time.perf_counter() - start)
+    side.client.append((time.process_time() - cpu) / calls * 1e6)
+    after = clock.read() if clock else None
+    if server is not None and after is not None:
+        side.server.append((after - server) / calls * 1e6)
+
+
+async def counted_lanes(lanes: list[list[Call]], counts: Counts) -> None:
+    """Run the lanes once, untimed, counting the loop's turns and the tasks created.
+
+    A turn of asyncio's loop (``_run_once``) polls its selector exactly
+    once, so the selector's ``select`` of the running loop is wrapped with
+    a counter; tasks are counted by a task factory. Both are removed before
+    the next timed round.
+    """
+    loop = asyncio.get_running_loop()
+    selector = loop._selector  # type: ignore[attr-defined]
+    select = selector.select
+    turns = 0
+    tasks = 0
+
+    def counting_select(timeout: float | None = None) -> Any:
+        nonlocal turns
+        turns += 1
+        return select(timeout)
+
+    def counting_factory(
+        loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any
+    ) -> asyncio.Future[Any]:
+        nonlocal tasks
+        tasks += 1
+        return asyncio.Task(coro, loop=loop, **kwargs)
+
+    calls = sum(len(lane) for lane in lanes)
+    # The gather's own tasks, one per lane, are not the calls'.
+    selector.select = counting_select
+    loop.set_task_factory(counting_factory)
+    try:
+        await run_lanes(lanes)
+    finally:
+        loop.set_task_factory(None)
+        del selector.select
+    counts.turns.append(turns / calls)
+    counts.tasks.append((tasks - len(lanes)) / calls)
+
+
+async def compare_contended(dsn: str, schema: str, rounds: int, *, pooled: bool) -> None:
+    """Print the contended mixed load's table for one way of reaching the server."""
+    threshold = None if pooled else 5
+    async with PostgresMemory.connect(
+        dsn, schema=schema, prepare_threshold=threshold, max_size=CONTENDED_POOL
+    ) as store:
+        await store.setup()
+        pool = store.pool
+        if not isinstance(pool, AsyncConnectionPool):
+            raise TypeError("connect opens an asynchronous pool on asyncio")
+        # Raw psycopg with the adapter's guarantees: its own statements,
+        # ``forget`` committed with ``remote_apply``.
+        raw = RawGuarded(pool, schema, prepared=not pooled)
+        pids = await server_pids(pool)
+        clock = None if pooled else ServerClock(pids)
+        if clock is not None and clock.read() is None:
+            clock = None
+        order: list[tuple[str, PostgresMemory | Raw]] = [("adapter", store), ("raw", raw)]
+        for users in END_USERS:
+            # A warm-up round of each side, not counted.
+            for _, target in order:
+                await run_lanes(contended_workload(target, schema, users, 0))
+            sides = {name: Side() for name, _ in order}
+            counts = {name: Counts() for name, _ in order}
+            for n in range(rounds):
+                for name, target in order[n % 2 :] + order[: n % 2]:
+                    lanes = contended_workload(target, schema, users, n + 1)
+                    await timed_lanes(lanes, clock, sides[name])
+            # The counting pass, after the timed rounds, twice per side.
+            for n in range(2):
+                for name, target in order[n % 2 :] + order[: n % 2]:
+                    lanes = contended_workload(target, schema, users, n + 1)
+                    await counted_lanes(lanes, counts[name])
+            print(contended_row(users, sides, counts), flush=True)
+
+
+def contended_row(users: int, sides: dict[str, Side], counts: dict[str, Counts]) -> str:
+    adapter, raw = sides["adapter"], sides["raw"]
+    calls = CONTENDED_TASKS * CONTENDED_CALLS
+    return (
+        f"| {users:,} | {statistics.median(adapter.walls) / calls * 1e6:,.0f}"
+        f" | {statistics.median(raw.walls) / calls * 1e6:,.0f}"
+        f" | **{ratio(sides, 'adapter', 'raw'):.2f}**"
+        f" | {micro(adapter.client)} | {micro(raw.client)}"
+        f" | {micro(adapter.server)} | {micro(raw.server)}"
+        f" | {statistics.median(counts['adapter'].turns):.2f}"
+        f" | {statistics.median(counts['raw'].turns):.2f}"
+        f" | {statistics.median(counts['adapter'].tasks):.2f}"
+        f" | {statistics.median(counts['raw'].tasks):.2f} |"
+    )
+
+
+CONTENDED_HEADER = (
+    f"The contended mixed load: {CONTENDED_TASKS} tasks on a pool of {CONTENDED_POOL}"
+    f" connections (`max_size={CONTENDED_POOL}`), each on end users of its own,"
+    f" {CONTENDED_CALLS} calls each (half `recall` of all the end user's facts, a quarter"
+    f" `remember`, a quarter `forget` of a fact it knows), {CONTENDED_FACTS:,} facts stored;"
+    " raw psycopg sends the adapter's statements (`forget` with `remote_apply`)."
+    " Loop turns and tasks per call counted in an untimed pass\n\n"
+    "| end users | adapter µs/call | raw µs/call | ratio"
+    " | client CPU µs, adapter | client CPU µs, raw | server CPU µs, adapter"
+    " | server CPU µs, raw | loop turns/call, adapter | loop turns/call, raw"
+    " | tasks/call, adapter | tasks/call, raw |\n"
+    "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+)
+
+
 def micro(values: list[float]) -> str:
     return f"{statistics.median(values):,.0f}" if values else "-"
 
@@ -432,9 +614,16 @@ def main() -> None:
     parser.add_argument("--no-pooler", action="store_true", help="skip the run through PgBouncer")
     parser.add_argument("--calls", type=int, help="calls per measurement (default 1000)")
     parser.add_argument("--rounds", type=int, help="rounds per side (default 6)")
+    parser.add_argument(
+        "--contended-rounds", type=int, help="rounds per side of the contended load (default 20)"
+    )
+    parser.add_argument(
+        "--contended-only", action="store_true", help="only the contended mixed load"
+    )
     args = parser.parse_args()
     count = args.calls or (300 if args.quick else 1000)
     rounds = args.rounds or (2 if args.quick else 6)
+    contended = args.contended_rounds or (4 if args.quick else 20)
 
     schema = f"psych_bench_{uuid4().hex[:12]}"
     version = admin(DSN, sql.SQL("SHOW server_version"))[0][0]
@@ -446,20 +635,30 @@ def main() -> None:
     )
     print(
         f"{count} calls on {TASKS} tasks per measurement, {rounds} rounds per side,"
-        " the default pool of `connect`; ratio: median of the rounds' adapter / raw\n"
+        f" the default pool of `connect`; the contended load {contended} rounds per side;"
+        " ratio: median of the rounds' adapter / raw\n"
     )
     try:
-        print("### Straight to the server\n\n" + HEADER, flush=True)
-        asyncio.run(compare(DSN, schema, count, rounds, pooled=False))
+        print("### Straight to the server\n", flush=True)
+        if not args.contended_only:
+            print(HEADER, flush=True)
+            asyncio.run(compare(DSN, schema, count, rounds, pooled=False))
+            print()
+        print(CONTENDED_HEADER, flush=True)
+        asyncio.run(compare_contended(DSN, schema, contended, pooled=False))
         binary = None if args.no_pooler else pgbouncer_binary()
         if binary is not None:
             with pgbouncer(binary, DSN) as pooled:
                 print(
-                    "\n### Through PgBouncer in transaction mode (`prepare_threshold=None`)\n\n"
-                    + HEADER,
+                    "\n### Through PgBouncer in transaction mode (`prepare_threshold=None`)\n",
                     flush=True,
                 )
-                asyncio.run(compare(pooled, schema, count, rounds, pooled=True))
+                if not args.contended_only:
+                    print(HEADER, flush=True)
+                    asyncio.run(compare(pooled, schema, count, rounds, pooled=True))
+                    print()
+                print(CONTENDED_HEADER, flush=True)
+                asyncio.run(compare_contended(pooled, schema, contended, pooled=True))
         print(f"\nload average {os.getloadavg()[0]:.1f} at the end")
     finally:
         admin(DSN, sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
