@@ -8,6 +8,7 @@ keep only what is theirs.
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import os
 import sys
@@ -100,6 +101,35 @@ def postgres_schema(postgres_dsn: str) -> Iterator[str]:
     yield name
     with psycopg.connect(postgres_dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+
+
+@pytest.fixture
+def site_without(tmp_path: Path) -> Callable[[str], Path]:
+    """Make a site folder holding this environment's distributions but the one named.
+
+    The distribution's metadata folder and its top-level files (an editable
+    install's ``.pth``) are left out: a Python started without its own site
+    folder (``-S``) and given this one (``site.addsitedir``) sees every other
+    distribution, and that one as not installed. Nothing is copied: the
+    folder holds links to the environment's own entries.
+    """
+
+    def make(distribution: str) -> Path:
+        installed = importlib.metadata.distribution(distribution)
+        site = Path(str(installed.locate_file("")))
+        owned = {
+            parts[0]
+            for parts in (Path(str(name)).parts for name in installed.files or ())
+            if len(parts) == 1 or parts[0].endswith(".dist-info")
+        }
+        shadow = tmp_path / f"site-packages-without-{distribution}"
+        shadow.mkdir()
+        for entry in site.iterdir():
+            if entry.name not in owned:
+                (shadow / entry.name).symlink_to(entry)
+        return shadow
+
+    return make
 
 
 def pytest_terminal_summary(terminalreporter: TerminalReporter) -> None:

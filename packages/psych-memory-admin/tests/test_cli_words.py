@@ -7,7 +7,6 @@ install, and says so.
 
 from __future__ import annotations
 
-import importlib.metadata
 import subprocess
 import sys
 from collections.abc import Callable
@@ -17,34 +16,11 @@ import pytest
 
 from psych_runtime.memory.admin import ExitCode, main
 
-# psych-memory's main, on the site folder given first: see `_site_without`.
+# psych-memory's main, on the site folder given first: see the fixture `site_without`.
 _ON_SITE = (
     "import site, sys; site.addsitedir(sys.argv[1]); "
     "from psych_runtime.memory.admin import main; sys.exit(main(sys.argv[2:]))"
 )
-
-
-def _site_without(distribution: str, folder: Path) -> Path:
-    """A site folder holding what this environment's does, but ``distribution``'s own entries.
-
-    Its metadata folder and its top-level files (an editable install's
-    ``.pth``) are left out: a Python started without its own site folder
-    (``-S``) and given this one sees every other distribution, and this one
-    as not installed.
-    """
-    installed = importlib.metadata.distribution(distribution)
-    site = Path(str(installed.locate_file("")))
-    owned = {
-        parts[0]
-        for parts in (Path(str(name)).parts for name in installed.files or ())
-        if len(parts) == 1 or parts[0].endswith(".dist-info")
-    }
-    shadow = folder / "site-packages"
-    shadow.mkdir()
-    for entry in site.iterdir():
-        if entry.name not in owned:
-            (shadow / entry.name).symlink_to(entry)
-    return shadow
 
 
 @pytest.mark.parametrize(
@@ -52,9 +28,9 @@ def _site_without(distribution: str, folder: Path) -> Path:
     [("sqlite:///facts.db", "psych-memory-sqlite"), ("postgresql://db/x", "psych-memory-postgres")],
 )
 def test_a_scheme_whose_adapter_is_missing_names_the_distribution(
-    url: str, distribution: str, tmp_path: Path
+    url: str, distribution: str, tmp_path: Path, site_without: Callable[[str], Path]
 ) -> None:
-    site = _site_without(distribution, tmp_path)
+    site = site_without(distribution)
     done = subprocess.run(
         [sys.executable, "-S", "-c", _ON_SITE, str(site), "count", url],
         cwd=tmp_path,

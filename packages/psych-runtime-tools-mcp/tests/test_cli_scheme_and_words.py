@@ -7,7 +7,6 @@ store without its schema names the URL option, never a Python call.
 
 from __future__ import annotations
 
-import importlib.metadata
 import inspect
 import subprocess
 import sys
@@ -22,34 +21,11 @@ from psych_runtime.tools.mcp._cli import main
 
 TOOLS_HAVE_LIMITS = "max_facts" in inspect.signature(memory_tools).parameters
 
-# The server's main, on the site folder given first: see `_site_without`.
+# The server's main, on the site folder given first: see the fixture `site_without`.
 _ON_SITE = (
     "import site, sys; site.addsitedir(sys.argv[1]); "
     "from psych_runtime.tools.mcp._cli import main; sys.exit(main(sys.argv[2:]))"
 )
-
-
-def _site_without(distribution: str, folder: Path) -> Path:
-    """A site folder holding what this environment's does, but ``distribution``'s own entries.
-
-    Its metadata folder and its top-level files (an editable install's
-    ``.pth``) are left out: a Python started without its own site folder
-    (``-S``) and given this one sees every other distribution, and this one
-    as not installed.
-    """
-    installed = importlib.metadata.distribution(distribution)
-    site = Path(str(installed.locate_file("")))
-    owned = {
-        parts[0]
-        for parts in (Path(str(name)).parts for name in installed.files or ())
-        if len(parts) == 1 or parts[0].endswith(".dist-info")
-    }
-    shadow = folder / "site-packages"
-    shadow.mkdir()
-    for entry in site.iterdir():
-        if entry.name not in owned:
-            (shadow / entry.name).symlink_to(entry)
-    return shadow
 
 
 @pytest.mark.parametrize(
@@ -61,9 +37,9 @@ def _site_without(distribution: str, folder: Path) -> Path:
     ],
 )
 def test_a_scheme_whose_adapter_is_missing_names_the_distribution(
-    url: str, distribution: str, tmp_path: Path
+    url: str, distribution: str, tmp_path: Path, site_without: Callable[[str], Path]
 ) -> None:
-    site = _site_without(distribution, tmp_path)
+    site = site_without(distribution)
     argv = ["--store", url, "--tenant", "acme", "--user", "alice"]
     served = subprocess.run(
         [sys.executable, "-S", "-c", _ON_SITE, str(site), *argv],
