@@ -37,7 +37,23 @@ Part 6, how long one ``restore_many`` holds the write lock: batches of 2,000
 timed beside plain ``sqlite3`` inserting the same rows in one transaction.
 ``--only restore`` runs this part alone.
 
-All parts use the default durability ("full": an fsync per commit) unless
+Part 8, many callers at once (run first; ``--only callers`` runs it alone):
+five phases on disjoint end users of one file, remember16 (16 tasks x 40
+``remember``), forget16 (16 x 40 ``forget``), mixed16 (16 x 40 calls, half
+``recall``, a quarter each ``remember`` and ``forget``, shuffled with a fixed
+seed, alike for every side), recall16w (15 tasks x 40 ``recall`` while one
+task makes 40 ``remember``) and remember1 (one caller, 200 ``remember`` one
+after another), for three sides in the same rounds, each going first in
+turn: SqliteMemory with its defaults, and plain ``sqlite3`` in a worker
+thread (one connection behind a lock, WAL, one transaction per call, no
+secure delete, no emptying of the log) at ``synchronous=FULL`` and at
+``NORMAL``. Medians of 5 rounds (``--rounds``). Per call it gives the bytes
+the process wrote to storage (``write_bytes`` of /proc/self/io, read around
+each phase), its write system calls (``syscw``, ``wchar``), and its fsyncs,
+counted by ``strace -c -f`` around a separate run of each phase alone when
+strace is installed (``--no-strace`` skips it).
+
+All other parts use the default durability ("full": an fsync per commit) unless
 ``--durability normal`` is given. Figures go to stdout; copy them to
 docs/sqlite.md.
 """
@@ -49,11 +65,13 @@ import functools
 import gc
 import os
 import random
+import shutil
 import sqlite3
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Iterator
@@ -724,6 +742,359 @@ def restore_batches(folder: Path, *, durability: Durability, backend: str, round
         print(f"| {size:,} | {adapter:,.0f} | {direct:,.0f} | {direct / adapter:.2f} |")
 
 
+# Part 8: many callers at once, against plain sqlite3 at FULL and at NORMAL.
+
+PHASES = ("remember16", "forget16", "mixed16", "recall16w", "remember1")
+PHASE_CALLS = {
+    "remember16": 16 * 40,
+    "forget16": 16 * 40,
+    "mixed16": 16 * 40,
+    "recall16w": 16 * 40,
+    "remember1": 200,
+}
+CROWD = ("SqliteMemory", "plain FULL", "plain NORMAL")
+TASKS = 16
+PER_TASK = 40
+SERIAL_CALLS = 200
+BACKGROUND_USERS = 1_000  # ten facts each: the phases do not run on an empty file
+MIX_SEED = 47
+
+
+class PlainStore:
+    """Plain sqlite3 in a worker thread: one connection behind a lock, WAL,
+    one transaction per call, no secure delete and no emptying of the log."""
+
+    def __init__(self, path: Path, synchronous: str) -> None:
+        self._conn = sqlite3.connect(
+            path, timeout=5.0, isolation_level=None, check_same_thread=False, cached_statements=16
+        )
+        self._conn.execute("PRAGMA journal_mode = WAL")
+        self._conn.execute(f"PRAGMA synchronous = {synchronous}")
+        self._conn.execute("PRAGMA secure_delete = OFF")
+        self._conn.execute("PRAGMA temp_store = MEMORY")
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def _write(self, sql: str, parameters: tuple[object, ...]) -> int:
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                count = self._conn.execute(sql, parameters).rowcount
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+            return count
+
+    def _read(self, end_user: str) -> list[object]:
+        with self._lock:
+            return self._conn.execute(SELECT, ("acme", end_user, NO_LIMIT)).fetchall()
+
+    async def remember(self, end_user: str, text: str) -> None:
+        row = ("acme", end_user, uuid.uuid4().hex, text, now_micros(), "acme", end_user)
+        await anyio.to_thread.run_sync(self._write, INSERT, row)
+
+    async def forget(self, end_user: str, memory_id: str) -> None:
+        await anyio.to_thread.run_sync(self._write, DELETE_ONE, ("acme", end_user, memory_id))
+
+    async def recall(self, end_user: str) -> None:
+        await anyio.to_thread.run_sync(self._read, end_user)
+
+
+class AdapterStore:
+    """SqliteMemory with its defaults, called as an application calls it."""
+
+    def __init__(self, memory: SqliteMemory) -> None:
+        self._memory = memory
+
+    async def remember(self, end_user: str, text: str) -> None:
+        await self._memory.remember("acme", end_user, text)
+
+    async def forget(self, end_user: str, memory_id: str) -> None:
+        if not await self._memory.forget("acme", end_user, memory_id):
+            raise RuntimeError(f"{memory_id} of {end_user} was not there to forget")
+
+    async def recall(self, end_user: str) -> None:
+        await self._memory.recall("acme", end_user)
+
+
+Store = PlainStore | AdapterStore
+# One call of a plan: (operation, end user, fact id or text).
+Op = tuple[str, str, str]
+
+
+def fact_id(end_user: str, index: int) -> str:
+    """The same ids in every side's file, so one plan serves them all."""
+    return uuid.uuid5(uuid.NAMESPACE_OID, f"{end_user}/{index}").hex
+
+
+def crowd_users(phase: str, count: int) -> list[str]:
+    return [f"{phase}-{index:02d}" for index in range(count)]
+
+
+def crowd_plans() -> dict[str, list[list[Op]]]:
+    """Each phase's calls, one list per task, alike for every side and round."""
+    text = "a fact of ordinary length, about a preference for weekly invoices"
+    plans: dict[str, list[list[Op]]] = {}
+    plans["remember16"] = [
+        [("remember", end_user, text)] * PER_TASK for end_user in crowd_users("remember16", TASKS)
+    ]
+    plans["forget16"] = [
+        [("forget", end_user, fact_id(end_user, index)) for index in range(PER_TASK)]
+        for end_user in crowd_users("forget16", TASKS)
+    ]
+    mixed: list[list[Op]] = []
+    rng = random.Random(MIX_SEED)
+    for end_user in crowd_users("mixed16", TASKS):
+        quarter = PER_TASK // 4
+        ops: list[Op] = [("recall", end_user, "")] * (2 * quarter)
+        ops += [("remember", end_user, text)] * quarter
+        ops += [("forget", end_user, fact_id(end_user, index)) for index in range(quarter)]
+        rng.shuffle(ops)
+        mixed.append(ops)
+    plans["mixed16"] = mixed
+    readers = crowd_users("recall16w", TASKS - 1)
+    plans["recall16w"] = [[("recall", end_user, "")] * PER_TASK for end_user in readers]
+    plans["recall16w"].append([("remember", "recall16w-writer", text)] * PER_TASK)
+    plans["remember1"] = [[("remember", "remember1", text)] * SERIAL_CALLS]
+    return plans
+
+
+def crowd_file(path: Path) -> None:
+    """The schema, a background of other end users, and the facts the phases read and forget."""
+    anyio.run(create, path, "full")
+    rng = random.Random(8)
+    rows: list[tuple[str, str, int, str, str, int]] = []
+    for index in range(BACKGROUND_USERS):
+        end_user = user(index)
+        rows += [
+            ("acme", end_user, seq + 1, fact_id(end_user, seq), content(rng), now_micros())
+            for seq in range(FACTS_PER_USER)
+        ]
+    for phase in ("forget16", "mixed16", "recall16w"):
+        for end_user in crowd_users(phase, TASKS):
+            rows += [
+                ("acme", end_user, seq + 1, fact_id(end_user, seq), content(rng), now_micros())
+                for seq in range(PER_TASK)
+            ]
+    with closing(sqlite3.connect(path, isolation_level=None)) as conn:
+        conn.execute("BEGIN")
+        conn.executemany(
+            "INSERT INTO psych_memory_fact (tenant, end_user_id, seq, id, content, created_at) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            rows,
+        )
+        conn.execute("COMMIT")
+        conn.execute(TRUNCATE_LOG)
+
+
+async def run_plan(store: Store, plan: list[list[Op]]) -> None:
+    async def task(ops: list[Op]) -> None:
+        for op, end_user, argument in ops:
+            if op == "remember":
+                await store.remember(end_user, argument)
+            elif op == "forget":
+                await store.forget(end_user, argument)
+            else:
+                await store.recall(end_user)
+
+    async with anyio.create_task_group() as group:
+        for ops in plan:
+            group.start_soon(task, ops)
+
+
+def process_io() -> dict[str, int]:
+    """This process's counters, all its threads included."""
+    counters = {}
+    for line in Path("/proc/self/io").read_text().splitlines():
+        name, value = line.split(":")
+        counters[name] = int(value)
+    return counters
+
+
+async def crowd_phase(side: str, path: Path, plan: list[list[Op]]) -> tuple[float, dict[str, int]]:
+    """Open the side's store, run one phase, close; the phase's seconds and I/O counters."""
+
+    async def measured(store: Store) -> tuple[float, dict[str, int]]:
+        before = process_io()
+        start = time.perf_counter()
+        await run_plan(store, plan)
+        seconds = time.perf_counter() - start
+        after = process_io()
+        return seconds, {name: after[name] - before[name] for name in after}
+
+    if side == "SqliteMemory":
+        async with SqliteMemory(path) as memory:
+            return await measured(AdapterStore(memory))
+    plain_store = PlainStore(path, side.split()[1])
+    try:
+        return await measured(plain_store)
+    finally:
+        plain_store.close()
+
+
+def fsyncs_in_child(strace: str, path: Path, side: str, phase: str, backend: str) -> int:
+    """fsync and fdatasync calls of another process running one phase alone (strace -c)."""
+    report = path.with_suffix(".strace")
+    subprocess.run(  # noqa: S603 - this script, with arguments built here
+        [
+            strace, "-f", "-qq", "-c", "-e", "trace=fsync,fdatasync", "-o", str(report),
+            sys.executable, __file__, "--crowd-child", phase, side, str(path),
+            "--backend", backend,
+        ],
+        check=True,
+    )  # fmt: skip
+    calls = 0
+    for line in report.read_text().splitlines():
+        fields = line.split()
+        if fields and fields[-1] in ("fsync", "fdatasync"):
+            calls += int(fields[3])
+    report.unlink()
+    return calls
+
+
+def crowd_child(phase: str, side: str, path: str, backend: str) -> None:
+    """Run one phase once (or, as "idle", open and close the store alone)."""
+    plan = crowd_plans()[phase] if phase != "idle" else []
+    anyio.run(crowd_phase, side, Path(path), plan, backend=backend)
+
+
+def fs_type(folder: Path) -> str:
+    """The type of file system the folder is on, from the longest mount point above it."""
+    best, kind = "", "unknown"
+    resolved = str(folder.resolve())
+    for line in Path("/proc/mounts").read_text().splitlines():
+        mount_point, fs = line.split()[1:3]
+        inside = resolved == mount_point or resolved.startswith(mount_point.rstrip("/") + "/")
+        if inside and len(mount_point) >= len(best):
+            best, kind = mount_point, fs
+    return kind
+
+
+def crowd_fsyncs(folder: Path, strace: str, backend: str) -> dict[str, dict[str, float]]:
+    """Per phase and side, fsyncs per call: each phase run alone, less opening and closing."""
+    fsyncs: dict[str, dict[str, float]] = {phase: {} for phase in PHASES}
+    path = folder / "crowd-fsyncs.sqlite3"
+    for side in CROWD:
+        idle = -1
+        for phase in ("idle", *PHASES):
+            crowd_file(path)
+            counted = fsyncs_in_child(strace, path, side, phase, backend)
+            if phase == "idle":
+                idle = counted
+            else:
+                fsyncs[phase][side] = (counted - idle) / PHASE_CALLS[phase]
+            for leftover in folder.glob(f"{path.name}*"):
+                leftover.unlink()
+    return fsyncs
+
+
+def many_callers(folder: Path, *, backend: str, rounds: int, strace: str | None) -> None:
+    load_before = os.getloadavg()
+    plans = crowd_plans()
+    seconds: dict[str, dict[str, list[float]]] = {p: {s: [] for s in CROWD} for p in PHASES}
+    io: dict[str, dict[str, dict[str, list[int]]]] = {
+        p: {s: {"write_bytes": [], "wchar": [], "syscw": []} for s in CROWD} for p in PHASES
+    }
+    for round_ in range(rounds):
+        files = {side: folder / f"crowd-{i}-{round_}.sqlite3" for i, side in enumerate(CROWD)}
+        for path in files.values():
+            crowd_file(path)
+        for number, phase in enumerate(PHASES):
+            # Each side goes first in turn, and the phases of a round run
+            # on the same three files one after another.
+            turn = (round_ + number) % len(CROWD)
+            for side in CROWD[turn:] + CROWD[:turn]:
+                with gc_paused():
+                    took, counters = anyio.run(
+                        crowd_phase, side, files[side], plans[phase], backend=backend
+                    )
+                seconds[phase][side].append(took)
+                for name, values in io[phase][side].items():
+                    values.append(counters[name])
+        for path in files.values():
+            for leftover in folder.glob(f"{path.name}*"):
+                leftover.unlink()
+        print(f"  round {round_ + 1} of {rounds} done", file=sys.stderr)
+    fsyncs = crowd_fsyncs(folder, strace, backend) if strace else {}
+    load_after = os.getloadavg()
+
+    def load(values: tuple[float, float, float]) -> str:
+        return " ".join(f"{value:.2f}" for value in values)
+
+    print(
+        f"\n## Many callers at once ({backend}, medians of {rounds} rounds, files on "
+        f"{fs_type(folder)}; load average {load(load_before)} before, {load(load_after)} after)"
+    )
+    print_callers(seconds, io, fsyncs)
+
+
+def print_callers(
+    seconds: dict[str, dict[str, list[float]]],
+    io: dict[str, dict[str, dict[str, list[int]]]],
+    fsyncs: dict[str, dict[str, float]],
+) -> None:
+    print(
+        "\n| phase | calls | SqliteMemory ms | plain FULL ms | plain NORMAL ms "
+        "| SqliteMemory / plain FULL | SqliteMemory / plain NORMAL |"
+    )
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for phase in PHASES:
+        ours, full, normal = (statistics.median(seconds[phase][side]) * 1e3 for side in CROWD)
+        print(
+            f"| {phase} | {PHASE_CALLS[phase]} | {ours:,.0f} | {full:,.0f} | {normal:,.0f} "
+            f"| {ours / full:.2f} | {ours / normal:.2f} |"
+        )
+
+    def per_call(phase: str, side: str, name: str) -> float:
+        return statistics.median(io[phase][side][name]) / PHASE_CALLS[phase]
+
+    def ratio(ours: float, theirs: float) -> str:
+        return f"{ours / theirs:.2f}" if theirs else "-"
+
+    print(
+        "\n### Per call: KiB written to the file and its log (write_bytes of the process), medians"
+    )
+    print(
+        "\n| phase | SqliteMemory | plain FULL | plain NORMAL "
+        "| SqliteMemory / plain FULL | SqliteMemory / plain NORMAL |"
+    )
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    for phase in PHASES:
+        ours, full, normal = (per_call(phase, side, "write_bytes") / 1024 for side in CROWD)
+        print(
+            f"| {phase} | {ours:,.1f} | {full:,.1f} | {normal:,.1f} "
+            f"| {ratio(ours, full)} | {ratio(ours, normal)} |"
+        )
+    print("\n### Per call: write system calls (syscw) and KiB handed to them (wchar), medians")
+    print("\n| phase | SqliteMemory | plain FULL | plain NORMAL |")
+    print("| --- | ---: | ---: | ---: |")
+    for phase in PHASES:
+        cells = " | ".join(
+            f"{per_call(phase, side, 'syscw'):.1f} / {per_call(phase, side, 'wchar') / 1024:.1f}"
+            for side in CROWD
+        )
+        print(f"| {phase} | {cells} |")
+    if fsyncs:
+        print(
+            "\n### Per call: fsync and fdatasync (strace -c -f on a separate run of the phase "
+            "alone, less the same run opening and closing the store only)"
+        )
+        print(
+            "\n| phase | SqliteMemory | plain FULL | plain NORMAL "
+            "| SqliteMemory / plain FULL | SqliteMemory / plain NORMAL |"
+        )
+        print("| --- | ---: | ---: | ---: | ---: | ---: |")
+        for phase in PHASES:
+            ours, full, normal = (fsyncs[phase][side] for side in CROWD)
+            print(
+                f"| {phase} | {ours:.2f} | {full:.2f} | {normal:.2f} "
+                f"| {ratio(ours, full)} | {ratio(ours, normal)} |"
+            )
+
+
 def _slept(seconds: float) -> float:
     time.sleep(seconds)
     return seconds
@@ -737,7 +1108,16 @@ def main() -> None:
     # The default keeps the files on the disk the project lives on: a temporary
     # folder may be in memory, where an fsync costs nothing.
     parser.add_argument("--dir", default=".", help="folder for the database files")
-    parser.add_argument("--only", choices=["erase", "restore", "expire"], help="run only this part")
+    parser.add_argument(
+        "--only", choices=["erase", "restore", "expire", "callers"], help="run only this part"
+    )
+    parser.add_argument(
+        "--rounds", type=int, help="rounds of part 8, whose medians count (default 5)"
+    )
+    parser.add_argument(
+        "--no-strace", action="store_true", help="part 8 without its fsync count under strace"
+    )
+    parser.add_argument("--crowd-child", nargs=3, help=argparse.SUPPRESS)
     parser.add_argument(
         "--erase-facts", type=int, help="facts of the end user part 5 erases (default 1,000,000)"
     )
@@ -749,6 +1129,10 @@ def main() -> None:
     durability: Durability = "normal" if args.durability == "normal" else "full"
     if args.writer:
         anyio.run(paced_writes, args.writer, durability, backend=args.backend)
+        return
+    if args.crowd_child:
+        phase, side, path = args.crowd_child
+        crowd_child(phase, side, path, args.backend)
         return
     erase_facts = args.erase_facts or (20_000 if args.quick else 1_000_000)
     expire_facts = args.expire_facts or (30_000 if args.quick else 1_000_000)
@@ -766,11 +1150,22 @@ def main() -> None:
         if args.only == "restore":
             restore_batches(Path(folder), durability=durability, backend=args.backend, rounds=3)
             return
+        callers = functools.partial(
+            many_callers,
+            Path(folder),
+            backend=args.backend,
+            rounds=args.rounds or (2 if args.quick else 5),
+            strace=None if args.no_strace else shutil.which("strace"),
+        )
+        if args.only == "callers":
+            callers()
+            return
         if args.only == "expire":
             large_expire(
                 Path(folder), durability=durability, backend=args.backend, facts=expire_facts
             )
             return
+        callers()
         throughput(
             Path(folder),
             durability=durability,
