@@ -54,7 +54,11 @@ PUBLIC_PEM = (
         ),
         (
             [*HTTP, "--tenant", "acme", "--jwt-key-file", "/no/such/key.pem"],
-            "--jwt-key-file cannot be read (FileNotFoundError)",
+            "--jwt-key-file: cannot be read (no such file or directory)",
+        ),
+        (
+            [*HTTP, "--tenant", "acme", "--jwt-key-file", "."],
+            "--jwt-key-file: cannot be read (is a directory)",
         ),
         (
             ["--http", "--tenant", "acme", "--issuer", "https://i#x", "--audience", "a"],
@@ -99,6 +103,23 @@ def test_bad_command_lines_are_refused_in_one_line(
     assert err.count("\n") == 1, err
     assert says in err
     assert not db_path.exists()
+
+
+def test_a_key_file_that_is_not_text_is_refused_in_one_line(
+    tmp_path: Path, db_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    binary = tmp_path / "key.der"
+    binary.write_bytes(b"\xff\xfe\x00secret")
+    with pytest.raises(SystemExit) as exited:
+        main([
+            "--store", f"sqlite:///{db_path}", *HTTP, "--tenant", "acme",
+            "--jwt-key-file", str(binary),
+        ])  # fmt: skip
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "--jwt-key-file: cannot be read (not text: a PEM key is text)" in err
+    assert "secret" not in err
+    assert "Traceback" not in err
 
 
 @pytest.mark.skipif(not TOOLS_HAVE_LIMITS, reason="these tools take no limits")

@@ -258,8 +258,8 @@ def _main_http(parser: _OneLineParser, args: argparse.Namespace) -> int:
             parser.error(f"{KEY_OPTIONS[error.argument]}: {error.rule}")
     try:
         key = args.jwt_key_file.read_text() if args.jwt_key_file is not None else None
-    except OSError as error:
-        parser.error(f"--jwt-key-file cannot be read ({type(error).__name__})")
+    except (OSError, UnicodeDecodeError) as error:
+        parser.error(f"--jwt-key-file: cannot be read ({_why_unreadable(error)})")
     limits = _tool_limits(parser, args)
     verifier = JwtVerifier(
         issuers=args.issuer,
@@ -385,3 +385,10 @@ async def _serve_store(
 
 def _fail(message: str) -> None:
     print(f"{_PROGRAM}: error: {message}", file=sys.stderr)
+
+
+def _why_unreadable(error: OSError | UnicodeDecodeError) -> str:
+    """Why a file cannot be read, in the system's words; never its path or content."""
+    if isinstance(error, UnicodeDecodeError):
+        return "not text: a PEM key is text"
+    return (error.strerror or "unreadable").lower()
