@@ -22,6 +22,16 @@ client's CPU time per call of each side, and the server's (the CPU time
 the server processes serving the pool spent, read from ``/proc``; shown
 when the server runs on this machine), in microseconds.
 
+Then the contended mixed load, where callers wait for a connection: a
+store opened with ``max_size=4`` and raw psycopg on that pool of 4, 16
+tasks each on end users of its own, 50 calls each (half ``recall`` of all
+the end user's facts, a quarter ``remember``, a quarter ``forget`` of a
+fact it knows), 10,000 facts over 100 or 1,000 end users; raw psycopg
+sends the adapter's statements, ``forget`` with ``remote_apply``. Beside
+the ratio and CPU times, the event loop's turns and the tasks created per
+call, counted in an untimed pass (``--contended-only`` runs this part
+alone, ``--contended-rounds`` sets its rounds, 20 by default).
+
 When PgBouncer is installed (``pgbouncer`` on the ``PATH`` or in
 ``/usr/sbin``), the same run repeats everything through a private PgBouncer
 in transaction mode, the store opened with ``prepare_threshold=None`` as
