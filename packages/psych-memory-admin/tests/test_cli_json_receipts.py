@@ -8,7 +8,7 @@ are ``"receipt"`` (``psych-memory-<kind>-receipt``) and ``"version"``.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -20,7 +20,6 @@ import pytest
 from psych_runtime.memory.admin import ExitCode, main, open_memory
 from psych_runtime.memory.admin._cli import cli
 
-KEY_TEXT = "a ledger key of at least 32 bytes, for the tests"
 STORE = "sqlite:///a.db"
 LEDGER = "sqlite:///ledger.sqlite3"
 FACTS = [
@@ -32,13 +31,7 @@ FACTS = [
 
 
 @pytest.fixture(autouse=True)
-def _here(
-    require_schemes: Callable[..., None], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    require_schemes("sqlite")
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("PSYCH_MEMORY_LEDGER_KEY", KEY_TEXT)
-    monkeypatch.delenv("PSYCH_MEMORY_LEDGER", raising=False)
+def _here(ledger_folder: Path) -> None:
     _seed(STORE)
 
 

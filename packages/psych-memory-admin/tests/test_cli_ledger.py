@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sqlite3
-from collections.abc import Callable
 from contextlib import closing
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -14,22 +14,16 @@ import anyio
 import pytest
 
 from psych_runtime.memory.admin import ExitCode, main, open_memory
-from psych_runtime.memory.ledger import LedgerKey, open_ledger, with_ledger
+from psych_runtime.memory.ledger import ledger_key, open_ledger, with_ledger
 from psych_runtime.memory.port import Memory
 
-KEY_TEXT = "a ledger key of at least 32 bytes, for the tests"
 EPOCH = "2026-01-01T00:00:00Z"
 REPLAY = ["replay-deletions", "sqlite:///live.sqlite3", "--ledger", "sqlite:///ledger.sqlite3"]
 
 
 @pytest.fixture(autouse=True)
-def _here(
-    require_schemes: Callable[..., None], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    require_schemes("sqlite")
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("PSYCH_MEMORY_LEDGER_KEY", KEY_TEXT)
-    monkeypatch.delenv("PSYCH_MEMORY_LEDGER", raising=False)
+def _here(ledger_folder: Path) -> None:
+    """Every test here starts in a fresh ledger folder."""
 
 
 def _facts(url: str, end_user: str) -> tuple[Memory, ...]:
@@ -49,7 +43,7 @@ def _restored_after_erasing(taken_before: bool) -> datetime:
                 await store.remember("acme", user, f"fact of {user}")
         taken = datetime.now(UTC)
         shutil.copyfile("live.sqlite3", "copy.sqlite3")
-        with open_ledger("sqlite:///ledger.sqlite3", LedgerKey(KEY_TEXT.encode())) as ledger:
+        with open_ledger("sqlite:///ledger.sqlite3", ledger_key()) as ledger:
             async with open_memory("sqlite:///live.sqlite3") as bare:
                 assert await with_ledger(bare, ledger).erase("acme", "u1") == 1
         shutil.copyfile("copy.sqlite3", "live.sqlite3")
@@ -85,7 +79,7 @@ def test_reapply_erases_again_and_prints_a_receipt(capsys: pytest.CaptureFixture
     out = capsys.readouterr().out
     assert "facts deleted again:     0" in out
     assert "ledger entries read:     1" in out
-    assert KEY_TEXT not in out
+    assert os.environ["PSYCH_MEMORY_LEDGER_KEY"] not in out
     assert main([*args, "--dry-run"]) == ExitCode.DONE
     assert "Deletions counted, none made (dry run)" in capsys.readouterr().out
 
@@ -177,7 +171,7 @@ def test_erase_with_a_ledger_records_it_and_a_restore_loses_it_again(
     erase = ["erase", "sqlite:///live.sqlite3", "--tenant", "acme", "--user", "u1", "--yes"]
     assert main([*erase, "--json"]) == ExitCode.DONE
     assert json.loads(capsys.readouterr().out)["facts_deleted"] == 1
-    key = LedgerKey(KEY_TEXT.encode())
+    key = ledger_key()
     with open_ledger("sqlite:///ledger.sqlite3", key) as ledger:
         (entry,) = ledger.entries()
     assert (entry.kind, entry.end_user_hash, entry.deleted) == (
@@ -196,7 +190,7 @@ def test_erase_is_refused_when_the_ledger_cannot_record_it(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     _seed("sqlite:///live.sqlite3")
-    with open_ledger("sqlite:///ledger.sqlite3", LedgerKey(KEY_TEXT.encode())) as ledger:
+    with open_ledger("sqlite:///ledger.sqlite3", ledger_key()) as ledger:
         path = ledger.path
     assert path is not None
     with closing(sqlite3.connect(path)) as raw, raw:
@@ -247,7 +241,7 @@ def test_expire_with_a_ledger_is_recorded_and_replayed_with_its_cutoff(
     capsys.readouterr()
     assert main([*expire, "--dry-run"]) == ExitCode.DONE
     capsys.readouterr()
-    with open_ledger("sqlite:///ledger.sqlite3", LedgerKey(KEY_TEXT.encode())) as ledger:
+    with open_ledger("sqlite:///ledger.sqlite3", ledger_key()) as ledger:
         (entry,) = ledger.entries()
     assert (entry.kind, entry.tenant, entry.end_user_hash, entry.deleted) == (
         "expire",
@@ -271,7 +265,7 @@ def test_expire_is_refused_when_the_ledger_cannot_record_it(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     _seed("sqlite:///live.sqlite3")
-    with open_ledger("sqlite:///ledger.sqlite3", LedgerKey(KEY_TEXT.encode())) as ledger:
+    with open_ledger("sqlite:///ledger.sqlite3", ledger_key()) as ledger:
         path = ledger.path
     assert path is not None
     with closing(sqlite3.connect(path)) as raw, raw:
@@ -291,7 +285,7 @@ def test_prune_removes_the_entries_done_before_an_instant_with_a_receipt(
 ) -> None:
     _restored_after_erasing(taken_before=True)
     middle = datetime.now(UTC)
-    with open_ledger("sqlite:///ledger.sqlite3", LedgerKey(KEY_TEXT.encode())) as ledger:
+    with open_ledger("sqlite:///ledger.sqlite3", ledger_key()) as ledger:
 
         async def erase_again() -> None:
             async with open_memory("sqlite:///live.sqlite3") as bare:
@@ -304,7 +298,7 @@ def test_prune_removes_the_entries_done_before_an_instant_with_a_receipt(
     receipt = json.loads(capsys.readouterr().out)
     assert receipt["receipt"] == "psych-memory-ledger-prune-receipt"
     assert (receipt["entries_pruned"], receipt["entries_kept"]) == (1, 1)
-    with open_ledger("sqlite:///ledger.sqlite3", LedgerKey(KEY_TEXT.encode())) as ledger:
+    with open_ledger("sqlite:///ledger.sqlite3", ledger_key()) as ledger:
         assert ledger.entries() == (kept,)
     assert old.last_at < middle <= kept.last_at
     # Again: nothing more to remove.

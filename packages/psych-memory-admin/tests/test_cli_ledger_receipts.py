@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -11,9 +10,8 @@ import anyio
 import pytest
 
 from psych_runtime.memory.admin import ExitCode, main, open_memory
-from psych_runtime.memory.ledger import LedgerKey, open_ledger
+from psych_runtime.memory.ledger import ledger_key, open_ledger
 
-KEY_TEXT = "a ledger key of at least 32 bytes, for the tests"
 STORE = "sqlite:///live.sqlite3"
 LEDGER = "sqlite:///ledger.sqlite3"
 ERASE = ["erase", STORE, "--tenant", "acme", "--user", "u1", "--yes"]
@@ -46,13 +44,7 @@ EXPIRY_KEYS = {
 
 
 @pytest.fixture(autouse=True)
-def _here(
-    require_schemes: Callable[..., None], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    require_schemes("sqlite")
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("PSYCH_MEMORY_LEDGER_KEY", KEY_TEXT)
-    monkeypatch.delenv("PSYCH_MEMORY_LEDGER", raising=False)
+def _here(ledger_folder: Path) -> None:
 
     async def write() -> None:
         async with open_memory(STORE) as store:
@@ -67,7 +59,7 @@ def _now() -> str:
 
 
 def _recorded() -> int:
-    with open_ledger(LEDGER, LedgerKey(KEY_TEXT.encode()), create=False) as ledger:
+    with open_ledger(LEDGER, ledger_key(), create=False) as ledger:
         return len(ledger.entries())
 
 

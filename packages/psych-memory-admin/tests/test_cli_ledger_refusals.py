@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Callable
 from contextlib import closing
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -19,10 +18,9 @@ import anyio
 import pytest
 
 from psych_runtime.memory.admin import ExitCode, main, open_memory
-from psych_runtime.memory.ledger import LedgerKey, open_ledger
+from psych_runtime.memory.ledger import ledger_key, open_ledger
 from psych_runtime.memory.port import Memory
 
-KEY_TEXT = "a ledger key of at least 32 bytes, for the tests"
 SECRET = "hunter2"  # noqa: S105 - a password no message may show
 STORE = "sqlite:///live.sqlite3"
 MISSING = "sqlite:///no-such-ledger.sqlite3"
@@ -31,13 +29,8 @@ ERASE = ["erase", STORE, "--tenant", "acme", "--user", "u1", "--yes"]
 
 
 @pytest.fixture(autouse=True)
-def _here(
-    require_schemes: Callable[..., None], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    require_schemes("sqlite")
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("PSYCH_MEMORY_LEDGER_KEY", KEY_TEXT)
-    monkeypatch.delenv("PSYCH_MEMORY_LEDGER", raising=False)
+def _here(ledger_folder: Path) -> None:
+    """Every test here starts in a fresh ledger folder."""
 
 
 def _seed() -> None:
@@ -103,7 +96,7 @@ def test_a_reading_command_still_reads_a_ledger_that_exists(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     _seed()
-    open_ledger("sqlite:///ledger.sqlite3", LedgerKey(KEY_TEXT.encode())).close()
+    open_ledger("sqlite:///ledger.sqlite3", ledger_key()).close()
     ledger = ["--ledger", "sqlite:///ledger.sqlite3"]
     assert main(["replay-deletions", STORE, "--since", EPOCH, "--dry-run", *ledger]) == 0
     assert "ledger entries read:     0" in capsys.readouterr().out
@@ -209,7 +202,7 @@ def test_every_command_refuses_an_instant_in_the_future(
     capsys: pytest.CaptureFixture[str], command: list[str], option: str, instant: str
 ) -> None:
     _seed()
-    open_ledger("sqlite:///ledger.sqlite3", LedgerKey(KEY_TEXT.encode())).close()
+    open_ledger("sqlite:///ledger.sqlite3", ledger_key()).close()
     assert main([*command, instant]) == ExitCode.USAGE
     captured = capsys.readouterr()
     assert captured.out == ""
@@ -242,7 +235,7 @@ def test_an_instant_before_the_first_in_utc_is_read_as_the_first(
     capsys: pytest.CaptureFixture[str], instant: str
 ) -> None:
     _seed()
-    open_ledger("sqlite:///ledger.sqlite3", LedgerKey(KEY_TEXT.encode())).close()
+    open_ledger("sqlite:///ledger.sqlite3", ledger_key()).close()
     ledger = ["--ledger", "sqlite:///ledger.sqlite3"]
     first = "0001-01-01T00:00:00.000000Z"
     assert main(["replay-deletions", STORE, "--since", instant, *ledger]) == ExitCode.DONE
