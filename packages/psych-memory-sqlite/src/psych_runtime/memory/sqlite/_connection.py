@@ -13,7 +13,7 @@ from ._errors import SqliteMemoryError
 from ._failures import is_busy
 from ._schema import check_schema, prepare_schema
 
-__all__ = ["connect", "prepare"]
+__all__ = ["connect", "prepare", "prepare_reader"]
 
 _FIRST_PAUSE: Final = 0.001
 _LONGEST_PAUSE: Final = 0.05
@@ -59,6 +59,18 @@ def prepare(conn: sqlite3.Connection, name: str, synchronous: str, busy_timeout:
     # Temporary tables and indices never touch the disk.
     conn.execute("PRAGMA temp_store = MEMORY")
     prepare_schema(conn, name)
+
+
+def prepare_reader(conn: sqlite3.Connection) -> None:
+    """Make a connection to a file the store has opened one of its readers.
+
+    Raises:
+        sqlite3.Error: SQLite failed.
+    """
+    # A reader never writes: a bug that tried would fail instead of
+    # writing outside the writer's transactions.
+    conn.execute("PRAGMA query_only = ON")
+    conn.execute("PRAGMA temp_store = MEMORY")
 
 
 def _use_write_ahead_log(conn: sqlite3.Connection, busy_timeout: float) -> str:

@@ -6,9 +6,8 @@ import errno
 import os
 import sqlite3
 import threading
-import time
-from collections.abc import Callable, Iterable
-from contextlib import closing, suppress
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import closing, contextmanager, suppress
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, Literal, TypeAlias, TypeVar, get_args
@@ -39,12 +38,17 @@ from psych_runtime.memory.port import (
     validate_scope,
 )
 
-from ._connection import connect, prepare
+from . import _statements as sql
+from ._connection import connect, prepare, prepare_reader
+from ._deletions import erase_step, expire_step, in_batches
 from ._erasing import erasing
 from ._errors import DatabaseFileMovedError, SqliteMemoryError, StoreUnavailableError
 from ._failures import store_failure
 from ._file import FileIdentity, check_busy_timeout, check_location, check_path, identify
+from ._group import GroupCommit
+from ._readers import Readers
 from ._scrub import ScrubState, rewrite_file, truncate_log_at_once
+from ._writer import WriteCall, Writer
 
 if TYPE_CHECKING:
     from typing import Self
@@ -59,93 +63,9 @@ _T = TypeVar("_T")
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND: Final = timedelta(microseconds=1)
 
-# The new fact's position is computed in the same statement that inserts it,
-# under the write lock, so concurrent writers (other processes included)
-# cannot both take the same one.
-_INSERT: Final = (
-    "INSERT INTO psych_memory_fact (tenant, end_user_id, seq, id, content, created_at) "
-    "SELECT ?, ?, coalesce(max(seq), 0) + 1, ?, ?, ? FROM psych_memory_fact "
-    "WHERE tenant = ? AND end_user_id = ?"
-)
-# How many facts the key holds, counted up to the bound only: at most that
-# many entries of the key's part of the primary key are read.
-_COUNT_UP_TO: Final = (
-    "SELECT count(*) FROM (SELECT 1 FROM psych_memory_fact "
-    "WHERE tenant = ? AND end_user_id = ? LIMIT ?)"
-)
-_SELECT: Final = (
-    "SELECT id, content, created_at FROM psych_memory_fact "
-    "WHERE tenant = ? AND end_user_id = ? ORDER BY seq LIMIT ?"
-)
-# The fact ``after`` is found through the index on ids, within its key; the
-# page follows it in the key's order. No row at all: the key does not hold
-# ``after``. One row of NULLs: it does, and it is the last fact.
-_SELECT_AFTER: Final = (
-    "SELECT f.id, f.content, f.created_at FROM psych_memory_fact AS a "
-    "LEFT JOIN psych_memory_fact AS f ON f.tenant = a.tenant "
-    "AND f.end_user_id = a.end_user_id AND f.seq > a.seq "
-    "WHERE a.id = ? AND a.tenant = ? AND a.end_user_id = ? ORDER BY f.seq LIMIT ?"
-)
-_SELECT_BY_ID: Final = (
-    "SELECT tenant, end_user_id, content, created_at FROM psych_memory_fact WHERE id = ?"
-)
-_DELETE_ONE: Final = "DELETE FROM psych_memory_fact WHERE tenant = ? AND end_user_id = ? AND id = ?"
-_LAST_SEQ: Final = "SELECT max(seq) FROM psych_memory_fact WHERE tenant = ? AND end_user_id = ?"
-# The oldest facts of the key, up to the last one it held when the erase began.
-_DELETE_BATCH: Final = (
-    "DELETE FROM psych_memory_fact WHERE tenant = ? AND end_user_id = ? AND seq IN ("
-    "SELECT seq FROM psych_memory_fact WHERE tenant = ? AND end_user_id = ? AND seq <= ? "
-    "ORDER BY seq LIMIT ?)"
-)
-# Expiry walks the tenant's part of the primary key in key order, from just
-# after the last row the batch before looked at: each batch reads at most
-# its rows of the index, however many rows there are and however few of
-# them are old. ``_EXPIRE_BOUND`` finds the last row of the next batch
-# (none when fewer are left); the other two delete the old facts up to it,
-# or to the end.
-_EXPIRE_BOUND: Final = (
-    "SELECT end_user_id, seq FROM psych_memory_fact WHERE tenant = ? "
-    "AND (end_user_id, seq) > (?, ?) ORDER BY end_user_id, seq LIMIT 1 OFFSET ?"
-)
-_EXPIRE_RANGE: Final = (
-    "DELETE FROM psych_memory_fact WHERE tenant = ? AND (end_user_id, seq) > (?, ?) "
-    "AND (end_user_id, seq) <= (?, ?) AND created_at < ?"
-)
-_EXPIRE_REST: Final = (
-    "DELETE FROM psych_memory_fact WHERE tenant = ? AND (end_user_id, seq) > (?, ?) "
-    "AND created_at < ?"
-)
-_COUNT_EXPIRED: Final = "SELECT count(*) FROM psych_memory_fact WHERE tenant = ? AND created_at < ?"
-_TENANTS: Final = "SELECT DISTINCT tenant FROM psych_memory_fact ORDER BY tenant"
-_END_USERS: Final = (
-    "SELECT DISTINCT end_user_id FROM psych_memory_fact WHERE tenant = ? ORDER BY end_user_id"
-)
-# UTF-8 compared byte by byte (SQLite's BINARY collation) is code-point order.
-_COUNTS: Final = (
-    "SELECT end_user_id, count(*) FROM psych_memory_fact WHERE tenant = ? "
-    "GROUP BY end_user_id ORDER BY end_user_id"
-)
-
-# An erase deletes in batches, each its own write transaction, holding the
-# write lock for about this share of the busy timeout (within the bounds
-# below): a writer elsewhere that waits as long as this store does gets a
-# turn many times over before it would give up.
-_BATCH_SHARE: Final = 0.1
-_SHORTEST_BATCH: Final = 0.01
-_LONGEST_BATCH: Final = 0.5
-# Rows of the first batch; an erase of no more facts is one transaction, as
-# `forget` is. Later batches are sized from the time the last one took.
-_FIRST_BATCH_ROWS: Final = 1000
-_FEWEST_BATCH_ROWS: Final = 100
-_MOST_BATCH_ROWS: Final = 100_000
-# SQLite's busy handler tries again after pauses that grow with the time it
-# has waited (about that long, from 1 ms), up to 100 ms. A writer that began
-# waiting during a batch has waited no longer than the batch, so a pause
-# between batches longer than the batch (or than 100 ms) holds one of its
-# tries; the margin is for a waiter that wakes late on a busy machine.
-_LONGEST_RETRY_PAUSE: Final = 0.1
-_PAUSE_FACTOR: Final = 1.5
-_PAUSE_MARGIN: Final = 0.01
+# Reader connections per store: reads beyond them wait for one. Two cores
+# or four, a few readers keep them busy while the writer syncs.
+_READERS: Final = 4
 
 
 class SqliteMemory(MemoryStore):
@@ -226,15 +146,16 @@ class SqliteMemory(MemoryStore):
     __slots__ = (
         "_busy_timeout",
         "_conn",
+        "_deleting",
+        "_deletions_ended",
         "_durability",
-        "_erased",
-        "_erasing",
         "_identity",
-        "_lock",
         "_path",
+        "_readers",
         "_scrub",
         "_state",
         "_state_lock",
+        "_writer",
     )
 
     def __init__(
@@ -251,15 +172,15 @@ class SqliteMemory(MemoryStore):
                 raise TypeError(f"durability must be a str, not {type(durability).__qualname__}")
             raise ValueError('durability must be "full" or "normal"')
         self._durability: Durability = durability
-        # Serialises the calls on the one connection; held for a whole call,
-        # or for one batch of an erase.
-        self._lock = threading.Lock()
-        # Erases in progress, which closing waits for; signalled as each ends.
-        self._erasing = 0
-        self._erased = threading.Condition(self._lock)
-        # Guards the state and the connection's arrival; held for a moment.
+        # Guards the state and the connections' arrival; held for a moment.
         self._state_lock = threading.Lock()
+        # Erases and expiries in progress, which closing waits for.
+        self._deleting = 0
+        self._deletions_ended = threading.Condition(self._state_lock)
+        # The writer's connection, its queue and the readers, from opening on.
         self._conn: sqlite3.Connection | None = None
+        self._writer: Writer | None = None
+        self._readers: Readers | None = None
         self._identity: FileIdentity | None = None
         self._state: Literal["new", "opening", "open", "closed"] = "new"
         self._scrub = ScrubState()
@@ -336,6 +257,19 @@ class SqliteMemory(MemoryStore):
             state: str = self._state
             if state != "closed":
                 self._conn, self._identity = conn, identity
+                readers = Readers(self._open_reader, _READERS)
+                self._readers = readers
+                self._writer = Writer(
+                    GroupCommit(
+                        conn,
+                        durability=self._durability,
+                        busy_timeout=self._busy_timeout,
+                        readers=readers,
+                        scrub=self._scrub,
+                        check_file=self._check_file,
+                        failure=self._failure,
+                    )
+                )
                 self._state = "open"
                 return
         await anyio.to_thread.run_sync(conn.close)
@@ -373,10 +307,10 @@ class SqliteMemory(MemoryStore):
 
         def insert(conn: sqlite3.Connection) -> Memory:
             memory = Memory(new_memory_id(), key, content, datetime.now(UTC))
-            self._insert(conn, memory)
+            conn.execute(sql.INSERT, _insert_parameters(memory))
             return memory
 
-        return await self._add("remember", insert)
+        return await self._write(WriteCall("remember", insert))
 
     async def remember_within_limit(
         self, scope: Scope, end_user_id: str, content: str, *, max_facts: int
@@ -398,14 +332,14 @@ class SqliteMemory(MemoryStore):
         full = (key.tenant, key.end_user_id, max_facts)
 
         def insert(conn: sqlite3.Connection) -> Memory | None:
-            (held,) = conn.execute(_COUNT_UP_TO, full).fetchone()
+            (held,) = conn.execute(sql.COUNT_UP_TO, full).fetchone()
             if held >= max_facts:
                 return None
             memory = Memory(new_memory_id(), key, content, datetime.now(UTC))
-            self._insert(conn, memory)
+            conn.execute(sql.INSERT, _insert_parameters(memory))
             return memory
 
-        return await self._add("remember_within_limit", insert)
+        return await self._write(WriteCall("remember_within_limit", insert))
 
     async def forget(self, scope: Scope, end_user_id: str, memory_id: str) -> bool:
         """Delete one fact (see `MemoryStore.forget`) and wipe its bytes from the files.
@@ -428,16 +362,15 @@ class SqliteMemory(MemoryStore):
         else:
             known_shape = True
 
+        if not known_shape:
+            self._check_open("forget")
+            return False
+
         def delete(conn: sqlite3.Connection) -> int:
-            cursor = conn.execute(_DELETE_ONE, (key.tenant, key.end_user_id, memory_id))
+            cursor = conn.execute(sql.DELETE_ONE, (key.tenant, key.end_user_id, memory_id))
             return cursor.rowcount
 
-        def run(conn: sqlite3.Connection) -> bool:
-            if not known_shape:
-                return False
-            return self._delete(conn, "forget", delete) > 0
-
-        return await self._run("forget", run)
+        return await self._write(WriteCall("forget", delete, deletes=True)) > 0
 
     async def recall(
         self, scope: Scope, end_user_id: str, *, limit: int | None = None
@@ -451,10 +384,10 @@ class SqliteMemory(MemoryStore):
         sql_limit = bounded_limit(validate_limit(limit))
 
         def select(conn: sqlite3.Connection) -> tuple[Memory, ...]:
-            rows = conn.execute(_SELECT, (key.tenant, key.end_user_id, sql_limit)).fetchall()
+            rows = conn.execute(sql.SELECT, (key.tenant, key.end_user_id, sql_limit)).fetchall()
             return _memories(key, rows)
 
-        return await self._run("recall", lambda conn: self._read(conn, "recall", select))
+        return await self._read("recall", select)
 
     async def recall_page(
         self, scope: Scope, end_user_id: str, *, after: str | None = None, size: int
@@ -473,20 +406,20 @@ class SqliteMemory(MemoryStore):
 
         def select(conn: sqlite3.Connection) -> tuple[Memory, ...]:
             if after is None:
-                rows = conn.execute(_SELECT, (key.tenant, key.end_user_id, size)).fetchall()
+                rows = conn.execute(sql.SELECT, (key.tenant, key.end_user_id, size)).fetchall()
                 return _memories(key, rows)
             if not _encodable(after):
                 # No fact holds an id that is not UTF-8 text (a lone
                 # surrogate), and SQLite could not be handed it.
                 raise StalePageError
             rows = conn.execute(
-                _SELECT_AFTER, (after, key.tenant, key.end_user_id, size)
+                sql.SELECT_AFTER, (after, key.tenant, key.end_user_id, size)
             ).fetchall()
             if not rows:
                 raise StalePageError
             return () if rows[0][0] is None else _memories(key, rows)
 
-        return await self._run("recall_page", lambda conn: self._read(conn, "recall_page", select))
+        return await self._read("recall_page", select)
 
     async def erase(self, scope: Scope, end_user_id: str) -> int:
         """Delete every fact of this end user (see `MemoryStore.erase`) and wipe their bytes.
@@ -559,11 +492,9 @@ class SqliteMemory(MemoryStore):
         micros = _micros(validate_cutoff(before))
 
         def select(conn: sqlite3.Connection) -> int:
-            return int(conn.execute(_COUNT_EXPIRED, (tenant, micros)).fetchone()[0])
+            return int(conn.execute(sql.COUNT_EXPIRED, (tenant, micros)).fetchone()[0])
 
-        return await self._run(
-            "count_expired", lambda conn: self._read(conn, "count_expired", select)
-        )
+        return await self._read("count_expired", select)
 
     async def expire(self, scope: Scope, *, before: datetime) -> int:
         """Delete the tenant's facts created before ``before``; see `ExpiresFacts.expire`.
@@ -622,9 +553,7 @@ class SqliteMemory(MemoryStore):
             DatabaseFileMovedError: The file was deleted or replaced since opening.
             StoreUnavailableError: SQLite failed.
         """
-        with self._state_lock:
-            if self._state != "open":
-                raise StoreClosedError("scrub", _closed_state(self._state))
+        self._check_open("scrub")
         return await anyio.to_thread.run_sync(self._scrub_now)
 
     async def tenants(self) -> tuple[str, ...]:
@@ -635,9 +564,9 @@ class SqliteMemory(MemoryStore):
         """
 
         def select(conn: sqlite3.Connection) -> tuple[str, ...]:
-            return tuple(tenant for (tenant,) in conn.execute(_TENANTS).fetchall())
+            return tuple(tenant for (tenant,) in conn.execute(sql.TENANTS).fetchall())
 
-        return await self._run("tenants", lambda conn: self._read(conn, "tenants", select))
+        return await self._read("tenants", select)
 
     async def end_users(self, scope: Scope) -> tuple[str, ...]:
         """Every end user of the tenant with a fact; see `ListsEndUsers.end_users`.
@@ -648,10 +577,10 @@ class SqliteMemory(MemoryStore):
         tenant = validate_scope(scope)
 
         def select(conn: sqlite3.Connection) -> tuple[str, ...]:
-            rows = conn.execute(_END_USERS, (tenant,)).fetchall()
+            rows = conn.execute(sql.END_USERS, (tenant,)).fetchall()
             return tuple(end_user for (end_user,) in rows)
 
-        return await self._run("end_users", lambda conn: self._read(conn, "end_users", select))
+        return await self._read("end_users", select)
 
     async def fact_counts(self, scope: Scope) -> dict[str, int]:
         """How many facts each end user of the tenant holds; see `CountsFacts.fact_counts`.
@@ -664,9 +593,9 @@ class SqliteMemory(MemoryStore):
         tenant = validate_scope(scope)
 
         def select(conn: sqlite3.Connection) -> dict[str, int]:
-            return dict(conn.execute(_COUNTS, (tenant,)).fetchall())
+            return dict(conn.execute(sql.COUNTS, (tenant,)).fetchall())
 
-        return await self._run("fact_counts", lambda conn: self._read(conn, "fact_counts", select))
+        return await self._read("fact_counts", select)
 
     async def restore(self, memory: Memory) -> bool:
         """Store ``memory`` exactly as given, after its key's facts; see `RestoresFacts.restore`.
@@ -675,10 +604,7 @@ class SqliteMemory(MemoryStore):
             SqliteMemoryError: The file failed, as for every call (see `SqliteMemory`).
         """
         plan = RestorePlan((validate_restored(memory),), batch=False)
-        body = _restore_transaction(plan)
-        return await self._run(
-            "restore", lambda conn: self._write_and_empty_log(conn, "restore", body) == 1
-        )
+        return await self._write(WriteCall("restore", _restore_transaction(plan))) == 1
 
     async def restore_many(self, memories: Iterable[Memory]) -> int:
         """Store every fact as given, in order, all or none; see `RestoresFacts.restore_many`.
@@ -689,207 +615,90 @@ class SqliteMemory(MemoryStore):
             SqliteMemoryError: The file failed, as for every call (see `SqliteMemory`).
         """
         body = _restore_transaction(RestorePlan(validate_restored_many(memories), batch=True))
-        return await self._run(
-            "restore_many", lambda conn: self._write_and_empty_log(conn, "restore_many", body)
-        )
+        return await self._write(WriteCall("restore_many", body))
 
-    @staticmethod
-    def _insert(conn: sqlite3.Connection, memory: Memory) -> None:
-        conn.execute(_INSERT, _insert_parameters(memory))
-
-    async def _add(self, operation: str, insert: Callable[[sqlite3.Connection], _T]) -> _T:
-        # A call that adds a fact: ``insert`` in one write transaction.
-        return await self._run(
-            operation, lambda conn: self._write_and_empty_log(conn, operation, insert)
-        )
-
-    async def _run(self, operation: str, work: Callable[[sqlite3.Connection], _T]) -> _T:
-        # Never abandoned on cancellation: the worker thread finishes the
-        # call, so its effect is decided before the caller sees the cancel.
-        return await anyio.to_thread.run_sync(self._locked, operation, work)
-
-    def _locked(self, operation: str, work: Callable[[sqlite3.Connection], _T]) -> _T:
-        # Runs in a worker thread. The lock is taken here, never in the event
-        # loop, so a store may be shared between threads with their own loops.
-        with self._lock:
-            conn = self._conn
-            if conn is None:
+    def _check_open(self, operation: str) -> None:
+        with self._state_lock:
+            if self._state != "open":
                 raise StoreClosedError(operation, _closed_state(self._state))
-            return work(conn)
+
+    async def _write(self, call: WriteCall[_T]) -> _T:
+        # Queued for the writer. A caller cancelled while its call is still
+        # queued withdraws it, and it never runs; once its group has
+        # started, the caller waits, shielded, for the outcome, which it
+        # then gets as if it had not been cancelled (the cancellation
+        # reaches it at its next checkpoint).
+        with self._state_lock:
+            writer = self._writer
+            if self._state != "open" or writer is None:
+                raise StoreClosedError(call.operation, _closed_state(self._state))
+        writer.submit(call)
+        try:
+            await anyio.to_thread.run_sync(writer.serve, call, abandon_on_cancel=True)
+        except anyio.get_cancelled_exc_class():
+            if writer.withdraw(call):
+                raise
+            with anyio.CancelScope(shield=True):
+                return await anyio.to_thread.run_sync(call.wait)
+        return call.outcome()
+
+    async def _read(self, operation: str, body: Callable[[sqlite3.Connection], _T]) -> _T:
+        # A worker thread finishes the read even when the caller is cancelled.
+        return await anyio.to_thread.run_sync(self._read_now, operation, body)
+
+    def _read_now(self, operation: str, body: Callable[[sqlite3.Connection], _T]) -> _T:
+        with self._state_lock:
+            readers = self._readers
+            if self._state != "open" or readers is None:
+                raise StoreClosedError(operation, _closed_state(self._state))
+        self._check_file(operation)
+
+        def read(conn: sqlite3.Connection) -> _T:
+            result = body(conn)
+            if self._scrub.log_pending:
+                # A reader may empty the log too, when nobody is in the way.
+                target = self._scrub.target()
+                if truncate_log_at_once(conn, round(self._busy_timeout * 1000)):
+                    self._scrub.log_covered(target)
+            return result
+
+        try:
+            return readers.read(read)
+        except sqlite3.Error as exc:
+            raise self._failure(operation, exc, may_have_taken_effect=False) from exc
+        except RuntimeError:
+            # The store closed between the check above and the read.
+            raise StoreClosedError(operation, "closed") from None
+
+    @contextmanager
+    def _long_deletion(self, operation: str) -> Iterator[Writer]:
+        # An erase or an expiry, which closing waits for.
+        with self._state_lock:
+            writer = self._writer
+            if self._state != "open" or writer is None:
+                raise StoreClosedError(operation, _closed_state(self._state))
+            self._deleting += 1
+        try:
+            yield writer
+        finally:
+            with self._state_lock:
+                self._deleting -= 1
+                self._deletions_ended.notify_all()
 
     def _erase_alone(self, key: MemoryKey) -> int:
         # Runs in a worker thread. Another erasure of the key, by any store
         # of any process, ends before this one begins: it then finds only
         # what the other left, so each fact is counted by one receipt.
-        if self._conn is None:
-            raise StoreClosedError("erase", _closed_state(self._state))
-        with erasing(self._path, key):
-            return self._erase(key)
-
-    def _erase(self, key: MemoryKey) -> int:
-        # Runs in a worker thread: the key's facts, oldest first.
-        tenant, end_user = key.tenant, key.end_user_id
-        # The key's last position when the erase began, read in the first
-        # batch: later facts take higher ones, so the erase has an end.
-        last: int | None = None
-
-        def delete(conn: sqlite3.Connection, rows: int) -> tuple[int, bool]:
-            nonlocal last
-            if last is None:
-                (last,) = conn.execute(_LAST_SEQ, (tenant, end_user)).fetchone()
-                if last is None:
-                    return 0, True
-            batch = (tenant, end_user, tenant, end_user, last, rows)
-            deleted = conn.execute(_DELETE_BATCH, batch).rowcount
-            return deleted, deleted < rows
-
-        return self._in_batches("erase", delete)
+        self._check_open("erase")
+        with erasing(self._path, key), self._long_deletion("erase") as writer:
+            step = erase_step(key.tenant, key.end_user_id)
+            return in_batches(writer, "erase", step, self._busy_timeout, group_first=True)
 
     def _expire(self, tenant: str, micros: int) -> int:
-        # Runs in a worker thread: the tenant's rows in key order, ``rows``
-        # of them looked at per batch whatever their age, from just after
-        # the last row the batch before looked at.
-        after: tuple[str, int] = ("", 0)  # Before every key: end-user ids are never empty.
-
-        def delete(conn: sqlite3.Connection, rows: int) -> tuple[int, bool]:
-            nonlocal after
-            bound = conn.execute(_EXPIRE_BOUND, (tenant, *after, rows - 1)).fetchone()
-            if bound is None:
-                return conn.execute(_EXPIRE_REST, (tenant, *after, micros)).rowcount, True
-            deleted = conn.execute(_EXPIRE_RANGE, (tenant, *after, *bound, micros)).rowcount
-            after = (bound[0], bound[1])
-            return deleted, False
-
-        return self._in_batches("expire", delete)
-
-    def _in_batches(
-        self, operation: str, step: Callable[[sqlite3.Connection, int], tuple[int, bool]]
-    ) -> int:
-        # Runs in a worker thread, batch after batch, taking the store's lock
-        # for each batch only. ``step`` deletes one batch of about ``rows``
-        # rows and says whether it was the last.
-        target = min(max(self._busy_timeout * _BATCH_SHARE, _SHORTEST_BATCH), _LONGEST_BATCH)
-        rows = _FIRST_BATCH_ROWS
-        deleted = 0
-        finished = False
-
-        def batch_of(conn: sqlite3.Connection) -> int:
-            nonlocal finished
-            count, finished = step(conn, rows)
-            return count
-
-        conn: sqlite3.Connection | None = None
-        try:
-            while True:
-                with self._lock:
-                    if conn is None:
-                        conn = self._conn
-                        if conn is None:
-                            raise StoreClosedError(operation, _closed_state(self._state))
-                        # From here on closing waits for this deletion to end.
-                        self._erasing += 1
-                    started = time.monotonic()
-                    try:
-                        # Emptying the log waits for the last batch: it would
-                        # hold the write lock while it copies every batch's
-                        # pages, and SQLite copies them anyway as the log grows.
-                        batch = self._delete(conn, operation, batch_of, empty_log=False)
-                    except SqliteMemoryError as exc:
-                        if deleted:
-                            raise _partly_deleted(exc, operation, deleted) from exc.__cause__
-                        raise
-                    took = time.monotonic() - started
-                    if finished:
-                        self._retry_scrub(conn)
-                        return deleted + batch
-                deleted += batch
-                rows = _next_batch_rows(rows, took, target)
-                time.sleep(_PAUSE_FACTOR * min(took, _LONGEST_RETRY_PAUSE) + _PAUSE_MARGIN)
-        finally:
-            if conn is not None:
-                with self._lock:
-                    self._erasing -= 1
-                    self._erased.notify_all()
-
-    def _read(
-        self, conn: sqlite3.Connection, operation: str, body: Callable[[sqlite3.Connection], _T]
-    ) -> _T:
-        self._check_file(operation)
-        try:
-            result = body(conn)
-        except sqlite3.Error as exc:
-            raise self._failure(operation, exc, may_have_taken_effect=False) from exc
-        self._retry_scrub(conn)
-        return result
-
-    def _delete(
-        self,
-        conn: sqlite3.Connection,
-        operation: str,
-        body: Callable[[sqlite3.Connection], int],
-        *,
-        empty_log: bool = True,
-    ) -> int:
-        # A deletion is synced at every durability level: undone by a power
-        # cut, it would bring the deleted facts back.
-        relaxed = self._durability != "full"
-        if relaxed:
-            try:
-                conn.execute("PRAGMA synchronous = FULL")
-            except sqlite3.Error as exc:
-                raise self._failure(operation, exc, may_have_taken_effect=False) from exc
-        try:
-            deleted = self._write(conn, operation, body)
-        finally:
-            if relaxed:
-                # Left at FULL if this fails: slower, never less safe.
-                with suppress(sqlite3.Error):
-                    conn.execute(f"PRAGMA synchronous = {self._durability.upper()}")
-        if deleted:
-            self._scrub.deleted()
-        if empty_log:
-            self._retry_scrub(conn)
-        return deleted
-
-    def _write(
-        self, conn: sqlite3.Connection, operation: str, body: Callable[[sqlite3.Connection], _T]
-    ) -> _T:
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as exc:
-            raise self._failure(operation, exc, may_have_taken_effect=False) from exc
-        try:
-            result = body(conn)
-            # Checked under the write lock, just before committing: a write
-            # into a file that is no longer at the path would be lost.
-            self._check_file(operation)
-        except BaseException as exc:
-            _rollback(conn)
-            if isinstance(exc, sqlite3.Error):
-                raise self._failure(operation, exc, may_have_taken_effect=False) from exc
-            raise
-        try:
-            conn.execute("COMMIT")
-        except sqlite3.Error as exc:
-            _rollback(conn)
-            raise self._failure(operation, exc, may_have_taken_effect=True) from exc
-        return result
-
-    def _write_and_empty_log(
-        self, conn: sqlite3.Connection, operation: str, body: Callable[[sqlite3.Connection], _T]
-    ) -> _T:
-        # A write call: one write transaction, then the log emptied if a
-        # deletion left bytes in it.
-        result = self._write(conn, operation, body)
-        self._retry_scrub(conn)
-        return result
-
-    def _retry_scrub(self, conn: sqlite3.Connection) -> None:
-        # After every call while the log holds deleted bytes, without waiting.
-        if self._scrub.log_pending:
-            target = self._scrub.target()
-            if truncate_log_at_once(conn, round(self._busy_timeout * 1000)):
-                self._scrub.log_covered(target)
+        # Runs in a worker thread: the tenant's rows in key order.
+        with self._long_deletion("expire") as writer:
+            step = expire_step(tenant, micros)
+            return in_batches(writer, "expire", step, self._busy_timeout, group_first=False)
 
     def _scrub_now(self) -> bool:
         # On a connection of its own, so the store's reads go on meanwhile.
@@ -933,6 +742,15 @@ class SqliteMemory(MemoryStore):
             may_have_taken_effect=may_have_taken_effect,
         )
 
+    def _open_reader(self) -> sqlite3.Connection:
+        conn = connect(self._path, self._busy_timeout, create=False)
+        try:
+            prepare_reader(conn)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
     def _connect(self) -> tuple[sqlite3.Connection, FileIdentity]:
         check_location(self._path)
         try:
@@ -961,23 +779,26 @@ class SqliteMemory(MemoryStore):
         return identity
 
     def _close(self) -> None:
-        with self._lock:
-            with self._state_lock:
-                conn, self._conn = self._conn, None
-                self._state = "closed"
-            # An erase lets other calls in between its batches, this one
-            # too: it goes on with the connection until it has ended.
-            while self._erasing:
-                self._erased.wait()
-            if conn is None:
-                return
-            try:
-                if self._scrub.pending:
-                    self._scrub_at_close(conn)
-            finally:
-                # Closing must not fail; SQLite released what it could.
-                with suppress(sqlite3.Error):
-                    conn.close()
+        with self._state_lock:
+            self._state = "closed"
+            # An erase or an expiry lets other calls in between its
+            # batches, and goes on until it has ended.
+            while self._deleting:
+                self._deletions_ended.wait()
+            conn, writer, readers = self._conn, self._writer, self._readers
+            self._conn = None
+        if conn is None or writer is None or readers is None:
+            return
+        # Calls queued before closing run first.
+        writer.close()
+        readers.close()
+        try:
+            if self._scrub.pending:
+                self._scrub_at_close(conn)
+        finally:
+            # Closing must not fail; SQLite released what it could.
+            with suppress(sqlite3.Error):
+                conn.close()
 
     def _scrub_at_close(self, conn: sqlite3.Connection) -> None:
         # Waits at most the busy timeout; closing goes on whatever the outcome.
@@ -1008,38 +829,6 @@ def _micros(moment: datetime) -> int:
     return (moment - _EPOCH) // _MICROSECOND
 
 
-def _next_batch_rows(rows: int, took: float, target: float) -> int:
-    """The rows of the next batch of an erase, from the time the last one took."""
-    # At most twice as many, at least a quarter: one slow commit (a busy
-    # disk) must not make the next batch tiny, nor a fast one huge.
-    factor = min(max(target / took, 0.25), 2.0) if took > 0 else 2.0
-    return min(max(int(rows * factor), _FEWEST_BATCH_ROWS), _MOST_BATCH_ROWS)
-
-
-def _partly_deleted(
-    error: SqliteMemoryError, operation: str, deleted: int
-) -> StoreUnavailableError:
-    """The error of a deletion in batches that failed after ``deleted`` facts were deleted."""
-    # A file found corrupt part-way is no longer a DatabaseFileError, whose
-    # promise is that nothing was deleted.
-    unavailable = error if isinstance(error, StoreUnavailableError) else None
-    kind = StoreUnavailableError if unavailable is None else type(unavailable)
-    reason = "the file is corrupt" if unavailable is None else unavailable.reason
-    return kind(
-        operation,
-        f"{reason}, after {deleted} facts were deleted for good: {operation} again to delete "
-        "the rest",
-        may_have_taken_effect=True,
-    )
-
-
-def _rollback(conn: sqlite3.Connection) -> None:
-    if conn.in_transaction:
-        # SQLite rolls back by itself when it cannot go on.
-        with suppress(sqlite3.Error):
-            conn.execute("ROLLBACK")
-
-
 def _closed_state(state: str) -> str:
     return "not open" if state in ("new", "opening") else "closed"
 
@@ -1052,18 +841,18 @@ def _restore_transaction(plan: RestorePlan) -> Callable[[sqlite3.Connection], in
         # the transaction with nothing to roll back.
         held: dict[str, Memory] = {}
         for memory in plan.facts:
-            found = conn.execute(_SELECT_BY_ID, (memory.id,)).fetchone()
+            found = conn.execute(sql.SELECT_BY_ID, (memory.id,)).fetchone()
             if found is not None:
                 held[memory.id] = _held_fact(memory, found)
         fresh = plan.to_store(held)
-        conn.executemany(_INSERT, [_insert_parameters(memory) for memory in fresh])
+        conn.executemany(sql.INSERT, [_insert_parameters(memory) for memory in fresh])
         return len(fresh)
 
     return store
 
 
 def _insert_parameters(memory: Memory) -> tuple[str, str, str, str, int, str, str]:
-    """The parameters of `_INSERT` that store ``memory`` after its key's facts."""
+    """The parameters of `INSERT` that store ``memory`` after its key's facts."""
     tenant, end_user = memory.key.tenant, memory.key.end_user_id
     micros = _micros(memory.created_at)
     return (tenant, end_user, memory.id, memory.content, micros, tenant, end_user)
