@@ -17,11 +17,14 @@ from typing import TYPE_CHECKING, Any
 import anyio.to_thread
 import psycopg
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from psycopg import sql
 from psycopg_pool import ConnectionPool
 
 from psych_runtime.memory.port import MAX_CREATED_AT, MIN_CREATED_AT, Memory, MemoryKey
 from psych_runtime.memory.postgres import PostgresMemory, PostgresMemoryError
+from psych_runtime.memory.postgres._conversations import utc
 
 if TYPE_CHECKING:
     from conftest import Backdoor
@@ -109,6 +112,14 @@ async def test_every_instant_of_the_range_is_kept_to_the_microsecond(
             assert (*first, *rest) == tuple(facts)
             assert all(fact.created_at.tzinfo is UTC for fact in (*first, *rest))
             assert await _stored_exactly(backdoor, facts)
+
+
+@given(st.datetimes())
+def test_a_time_read_from_the_server_is_the_same_instant_in_utc(naive: datetime) -> None:
+    # The arithmetic that replaces `datetime.replace` keeps every field.
+    moment = utc(naive)
+    assert moment == naive.replace(tzinfo=UTC)
+    assert moment.tzinfo is UTC
 
 
 @pytest.mark.parametrize("written", ["10000-01-01 00:00:00+00", "0001-12-31 23:59:59.999999+00 BC"])
