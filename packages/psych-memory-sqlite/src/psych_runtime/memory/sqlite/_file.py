@@ -31,7 +31,7 @@ class FileIdentity(NamedTuple):
     inode: int
 
 
-def identify(path: Path) -> FileIdentity | None:
+def identify(path: Path | str) -> FileIdentity | None:
     """Return the identity of the file at ``path``, or ``None`` if there is none.
 
     Raises:
@@ -39,7 +39,8 @@ def identify(path: Path) -> FileIdentity | None:
             taken away from its directory).
     """
     try:
-        status = path.stat()
+        # ``os.stat`` of a string: checked before every call, it should be cheap.
+        status = os.stat(path)
     except (FileNotFoundError, NotADirectoryError):
         return None
     return FileIdentity(status.st_dev, status.st_ino)

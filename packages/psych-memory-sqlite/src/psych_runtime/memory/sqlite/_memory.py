@@ -65,7 +65,7 @@ _MICROSECOND: Final = timedelta(microseconds=1)
 
 # Reader connections per store: reads beyond them wait for one. Two cores
 # or four, a few readers keep them busy while the writer syncs.
-_READERS: Final = 4
+_READERS: Final = 2
 
 
 class SqliteMemory(MemoryStore):
@@ -150,6 +150,7 @@ class SqliteMemory(MemoryStore):
         "_deletions_ended",
         "_durability",
         "_identity",
+        "_name",
         "_path",
         "_readers",
         "_scrub",
@@ -166,6 +167,7 @@ class SqliteMemory(MemoryStore):
         durability: Durability = "full",
     ) -> None:
         self._path = check_path(path)
+        self._name = os.fspath(self._path)
         self._busy_timeout = check_busy_timeout(busy_timeout)
         if durability not in get_args(Durability):
             if not isinstance(durability, str):
@@ -647,10 +649,11 @@ class SqliteMemory(MemoryStore):
         return await anyio.to_thread.run_sync(self._read_now, operation, body)
 
     def _read_now(self, operation: str, body: Callable[[sqlite3.Connection], _T]) -> _T:
-        with self._state_lock:
-            readers = self._readers
-            if self._state != "open" or readers is None:
-                raise StoreClosedError(operation, _closed_state(self._state))
+        # Without the state lock: once set, the readers stay, and closing
+        # them is what makes a late read fail.
+        readers = self._readers
+        if self._state != "open" or readers is None:
+            raise StoreClosedError(operation, _closed_state(self._state))
         self._check_file(operation)
 
         def read(conn: sqlite3.Connection) -> _T:
@@ -715,7 +718,7 @@ class SqliteMemory(MemoryStore):
 
     def _check_file(self, operation: str) -> None:
         try:
-            identity = identify(self._path)
+            identity = identify(self._name)
         except OSError as exc:
             raise StoreUnavailableError(
                 operation,

@@ -34,9 +34,10 @@ class Readers:
 
     __slots__ = (
         "_active",
-        "_changed",
         "_closed",
         "_connect",
+        "_drained",
+        "_free",
         "_idle",
         "_opened",
         "_quieting",
@@ -46,7 +47,11 @@ class Readers:
     def __init__(self, connect: Callable[[], sqlite3.Connection], size: int) -> None:
         self._connect = connect
         self._size = size
-        self._changed = threading.Condition(threading.Lock())
+        lock = threading.Lock()
+        # One waiting read is woken per connection given back, not all of
+        # them: on a busy store most would only go back to sleep.
+        self._free = threading.Condition(lock)
+        self._drained = threading.Condition(lock)
         self._idle: list[sqlite3.Connection] = []
         self._opened = 0
         self._active = 0
@@ -73,38 +78,35 @@ class Readers:
         Yields whether they all ended; reads resume when the block ends.
         """
         deadline = time.monotonic() + timeout
-        with self._changed:
+        with self._drained:
             self._quieting += 1
-            try:
+        try:
+            with self._drained:
                 while self._active:
                     left = deadline - time.monotonic()
-                    if left <= 0 or not self._changed.wait(left):
+                    if left <= 0 or not self._drained.wait(left):
                         break
                 ended = not self._active
-            except BaseException:
-                self._quieting -= 1
-                self._changed.notify_all()
-                raise
-        try:
             yield ended
         finally:
-            with self._changed:
+            with self._free:
                 self._quieting -= 1
-                self._changed.notify_all()
+                self._free.notify_all()
 
     def close(self) -> None:
         """Wait for reads under way, then close every connection; never raises."""
-        with self._changed:
+        with self._drained:
             self._closed = True
+            self._free.notify_all()
             while self._active:
-                self._changed.wait()
+                self._drained.wait()
             idle, self._idle = self._idle, []
         for conn in idle:
             with suppress(sqlite3.Error):
                 conn.close()
 
     def _take(self) -> sqlite3.Connection:
-        with self._changed:
+        with self._free:
             while True:
                 if self._closed:
                     raise RuntimeError("the store's readers are closed")
@@ -116,23 +118,28 @@ class Readers:
                         self._opened += 1
                         self._active += 1
                         break
-                self._changed.wait()
+                self._free.wait()
         try:
             return self._connect()
         except BaseException:
-            with self._changed:
+            with self._free:
                 self._opened -= 1
-                self._active -= 1
-                self._changed.notify_all()
+                self._ended()
             raise
 
     def _give_back(self, conn: sqlite3.Connection) -> None:
-        with self._changed:
-            self._active -= 1
+        with self._free:
             if self._closed:
                 with suppress(sqlite3.Error):
                     conn.close()
                 self._opened -= 1
             else:
                 self._idle.append(conn)
-            self._changed.notify_all()
+            self._ended()
+
+    def _ended(self) -> None:
+        # Under the lock: a read has ended, and its connection is free.
+        self._active -= 1
+        self._free.notify()
+        if not self._active:
+            self._drained.notify_all()

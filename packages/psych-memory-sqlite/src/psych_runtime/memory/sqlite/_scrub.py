@@ -58,8 +58,10 @@ class ScrubState:
     @property
     def log_pending(self) -> bool:
         """Whether a committed deletion has not been followed by an emptied log."""
-        with self._lock:
-            return self._log_emptied < self._deletions
+        # Asked after every call: read without the lock, since a reader
+        # that sees an update late only tries to empty the log once more
+        # (or once later), and reading an int is atomic.
+        return self._log_emptied < self._deletions
 
     def deleted(self) -> None:
         """Record a committed deletion."""
