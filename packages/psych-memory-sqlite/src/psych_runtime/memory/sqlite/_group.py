@@ -23,6 +23,7 @@ from ._writer import WriteCall
 
 __all__ = ["GroupCommit"]
 
+
 class Failure(Protocol):
     """The store's error for an operation's SQLite error."""
 
@@ -177,9 +178,7 @@ class GroupCommit:
                     # an I/O error): the calls before were undone with it,
                     # and those after cannot run in it.
                     for other in [*ran, *group[index + 1 :]]:
-                        other.fail(
-                            _undone(other.operation, "SQLite rolled back the call's group")
-                        )
+                        other.fail(_undone(other.operation, "SQLite rolled back the call's group"))
                     return []
             else:
                 call.succeed(result)

@@ -259,11 +259,13 @@ class Writer:
                     continue
                 if not call._settled:
                     # Only when the group was interrupted (a `BaseException`).
-                    call.fail(StoreUnavailableError(
-                        call.operation,
-                        "the writer was interrupted before the call ended",
-                        may_have_taken_effect=True,
-                    ))
+                    call.fail(
+                        StoreUnavailableError(
+                            call.operation,
+                            "the writer was interrupted before the call ended",
+                            may_have_taken_effect=True,
+                        )
+                    )
                 call._state = _State.DONE
             call._done.set()
             call._wake.set()
