@@ -20,6 +20,8 @@ from psych_runtime.memory.sqlite import SqliteMemory
 WRITER = Path(__file__).with_name("_writer.py")
 PACED_WRITER = Path(__file__).with_name("_paced_writer.py")
 LIMITED_WRITER = Path(__file__).with_name("_limited_writer.py")
+CROWD_WRITER = Path(__file__).with_name("_crowd_writer.py")
+CROWD_TASKS = 16
 LIMIT = 5
 LIMITED_CALLS = 10  # per end user and per process: twice the limit each
 LIMITED_END_USERS = 10
@@ -132,6 +134,59 @@ def test_every_acknowledged_fact_survives_sigkill(tmp_path: Path, durability: st
         assert [content for _, content in stored] == [
             content_of(user, i) for i in range(len(stored))
         ]
+
+
+@pytest.mark.parametrize(("durability", "backend"), [("full", "asyncio"), ("normal", "trio")])
+def test_sigkill_amid_groups_keeps_every_answer_true(
+    tmp_path: Path, durability: str, backend: str
+) -> None:
+    db = tmp_path / "crowd.sqlite3"
+    rng = random.Random(f"crowd-{durability}")
+    remembered: dict[str, dict[int, str]] = {}  # user -> index -> id
+    forgotten: dict[str, set[int]] = {}
+    for round_ in range(KILLS):
+        prefix = f"round-{round_}"
+        args = (str(db), prefix, str(CROWD_TASKS), PAYLOAD, durability, backend)
+        with bounded_child(CROWD_WRITER, *args) as child:
+            start(child)
+            assert child.stdout is not None
+            # Many tasks write at once, so the kill lands inside a group.
+            lines = [child.stdout.readline() for _ in range(rng.randrange(20, 400))]
+            child.send_signal(signal.SIGKILL)
+            lines += child.stdout.read().splitlines()
+            assert child.wait(timeout=DEADLINE) == -signal.SIGKILL
+        for line in lines:
+            kind, number, index, *rest = line.split()
+            user = f"{prefix}-{number}"
+            if kind == "ack":
+                remembered.setdefault(user, {})[int(index)] = rest[0]
+            else:
+                assert kind == "forgot", line
+                forgotten.setdefault(user, set()).add(int(index))
+
+    async def check() -> None:
+        async with SqliteMemory(db) as memory:
+            for user, facts in remembered.items():
+                stored = {fact.id: fact.content for fact in await memory.recall("acme", user)}
+                for index, memory_id in facts.items():
+                    if index in forgotten.get(user, set()):
+                        # A forget that answered is never undone.
+                        assert memory_id not in stored, (user, index)
+                    elif index % 3 != 0:
+                        # A remember that answered is there, intact; every
+                        # third fact may have been forgotten when the kill came.
+                        assert stored.get(memory_id) == content_of(user, index), (user, index)
+                assert all(content.startswith(f"{user}:") for content in stored.values())
+            assert await memory.scrub()
+
+    anyio.run(check)
+    # Once scrubbed, no byte of a fact whose forget answered is left in any file.
+    files = b"".join(
+        path.read_bytes() for path in tmp_path.iterdir() if path.name.startswith(db.name)
+    )
+    for user, indices in forgotten.items():
+        for index in indices:
+            assert content_of(user, index).encode() not in files, (user, index)
 
 
 def test_two_processes_writing_one_key_at_once_lose_nothing(tmp_path: Path) -> None:
