@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, Literal, TypeAlias, TypeVar, get_args
 
-import anyio.to_thread
+import anyio
 
 from psych_runtime.memory.port import (
     InvalidInputError,
@@ -48,6 +48,7 @@ from ._file import FileIdentity, check_busy_timeout, check_location, check_path,
 from ._group import GroupCommit
 from ._readers import Readers
 from ._scrub import ScrubState, rewrite_file, truncate_log_at_once
+from ._threads import abandon, finish
 from ._writer import WriteCall, Writer
 
 if TYPE_CHECKING:
@@ -249,7 +250,7 @@ class SqliteMemory(MemoryStore):
                 raise RuntimeError("this SqliteMemory is being opened by another task")
             self._state = "opening"
         try:
-            conn, identity = await anyio.to_thread.run_sync(self._connect)
+            conn, identity = await finish(self._connect)
         except BaseException:
             with self._state_lock:
                 self._state = "closed"
@@ -274,7 +275,7 @@ class SqliteMemory(MemoryStore):
                 )
                 self._state = "open"
                 return
-        await anyio.to_thread.run_sync(conn.close)
+        await finish(conn.close)
 
     async def aclose(self) -> None:
         """Close the store; calls in progress finish first. Closing twice is harmless.
@@ -285,7 +286,7 @@ class SqliteMemory(MemoryStore):
         for that or for anything SQLite reports while closing; the store is
         closed afterwards.
         """
-        await anyio.to_thread.run_sync(self._close)
+        await finish(self._close)
 
     async def __aenter__(self) -> Self:
         """Open the store (see `open`) and return it.
@@ -479,7 +480,7 @@ class SqliteMemory(MemoryStore):
                 anything was deleted; nothing was.
         """
         key = memory_key(scope, end_user_id)
-        return await anyio.to_thread.run_sync(self._erase_alone, key)
+        return await finish(self._erase_alone, key)
 
     async def count_expired(self, scope: Scope, *, before: datetime) -> int:
         """How many facts of the tenant were created before ``before``; see `ExpiresFacts`.
@@ -529,7 +530,7 @@ class SqliteMemory(MemoryStore):
         """
         tenant = validate_scope(scope)
         micros = _micros(validate_cutoff(before))
-        return await anyio.to_thread.run_sync(self._expire, tenant, micros)
+        return await finish(self._expire, tenant, micros)
 
     async def scrub(self) -> bool:
         """Rewrite the file and empty the write-ahead log, so no byte of a deleted fact remains.
@@ -556,7 +557,7 @@ class SqliteMemory(MemoryStore):
             StoreUnavailableError: SQLite failed.
         """
         self._check_open("scrub")
-        return await anyio.to_thread.run_sync(self._scrub_now)
+        return await finish(self._scrub_now)
 
     async def tenants(self) -> tuple[str, ...]:
         """Every tenant with at least one fact; see `ListsEndUsers.tenants`.
@@ -636,17 +637,17 @@ class SqliteMemory(MemoryStore):
                 raise StoreClosedError(call.operation, _closed_state(self._state))
         writer.submit(call)
         try:
-            await anyio.to_thread.run_sync(writer.serve, call, abandon_on_cancel=True)
+            await abandon(writer.serve, call)
         except anyio.get_cancelled_exc_class():
             if writer.withdraw(call):
                 raise
             with anyio.CancelScope(shield=True):
-                return await anyio.to_thread.run_sync(call.wait)
+                return await finish(call.wait)
         return call.outcome()
 
     async def _read(self, operation: str, body: Callable[[sqlite3.Connection], _T]) -> _T:
         # A worker thread finishes the read even when the caller is cancelled.
-        return await anyio.to_thread.run_sync(self._read_now, operation, body)
+        return await finish(self._read_now, operation, body)
 
     def _read_now(self, operation: str, body: Callable[[sqlite3.Connection], _T]) -> _T:
         # Without the state lock: once set, the readers stay, and closing
