@@ -80,11 +80,15 @@ class SqliteMemory(MemoryStore):
 
     Opening creates the file if it is missing, checks it, and lays out or
     migrates its schema, so a path that cannot be used fails there and not at
-    the first call. Every blocking SQLite call runs in a worker thread
-    (`anyio.to_thread.run_sync`), never on the event loop, so the store works
-    on asyncio and trio alike. Within one store, calls share one connection
-    behind a `threading.Lock`; several stores, and several processes, may
-    open the same file at once.
+    the first call. Every blocking SQLite call runs in a worker thread,
+    never on the event loop, so the store works on asyncio and trio alike.
+    Several stores, and several processes, may open the same file at once.
+
+    Writes queue for the store's one writer connection, which commits every
+    call queued at the moment it starts as one transaction, a savepoint
+    around each call: one commit and one sync for the group, each call with
+    its own outcome, in the order they were queued. Reads run beside it on
+    up to two reader connections, so a read never waits behind a commit.
 
     Facts are kept in insertion order: each takes the next number of its
     key's sequence, so the order never depends on clocks. `forget` and
@@ -106,10 +110,11 @@ class SqliteMemory(MemoryStore):
 
     Every call waits at most ``busy_timeout`` for other connections to
     release the file, then raises `StoreUnavailableError` (a subclass of the port's
-    `StoreUnavailableError`). A call that has started in its worker thread
-    always finishes there, even when the caller's cancel scope expires: its
-    effect is decided (made or not) before the cancellation reaches the
-    caller.
+    `StoreUnavailableError`). A write cancelled while still queued never
+    runs. A call that has started (a read in its worker thread, a write
+    whose group the writer took) always finishes, even when the caller's
+    cancel scope expires: its effect is decided (made or not) before the
+    cancellation reaches the caller.
 
     `erase` deletes a large key in batches, each a short write transaction
     of its own, and lets other connections and this store's other calls in
@@ -438,7 +443,7 @@ class SqliteMemory(MemoryStore):
         own write transaction committed with ``synchronous = FULL``. Each
         holds the file's write lock for about a tenth of the busy timeout
         (0.5 s at the default), and between two batches the store pauses
-        with both the write lock and its own lock released, so that other
+        with both the write lock and its writer released, so that other
         processes' writers, and this store's other calls, take their turn:
         a writer waiting as long as this store does is never starved. The
         erase deletes the facts the key held when it began: a fact
