@@ -44,7 +44,7 @@ async def finish(function: Callable[[*_Ts], _T], *args: *_Ts) -> _T:
     future = loop.run_in_executor(_threads(), function, *args)
     with anyio.CancelScope(shield=True):
         result = await future
-    return result
+    return result  # noqa: RET504 - a cancel scope may swallow what it raises, so not inside it
 
 
 async def abandon(function: Callable[[*_Ts], _T], *args: *_Ts) -> _T:
