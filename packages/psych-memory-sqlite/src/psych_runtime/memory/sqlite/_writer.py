@@ -122,11 +122,6 @@ class WriteCall(Generic[_T]):
         self._error = error
         self._settled = True
 
-    @property
-    def succeeded(self) -> bool:
-        """Whether a result, and no error, has been recorded."""
-        return self._settled and self._error is None
-
 
 BatchRunner = Callable[[list[WriteCall[object]]], Callable[[], None] | None]
 """Runs a group on the writer's connection, recording each call's outcome.
