@@ -369,9 +369,9 @@ def utc(moment: Any) -> datetime:
 
     Exact to the microsecond over the years 1 to 9999: the distance from
     the epoch, a `timedelta`, is moved from the naive epoch to the aware
-    one. Two arithmetic operations of C cost about an eighth of
-    ``datetime.replace(tzinfo=UTC)``, whose keywords are parsed on every
-    call (measured on Python 3.11), and a recall does this once per fact.
+    one. On Python 3.11 the two arithmetic operations cost about an eighth
+    of ``datetime.replace(tzinfo=UTC)`` (0.08 against 0.7 microseconds), and a
+    recall does this once per fact; on 3.13 both cost about 0.09.
     """
     return _UTC_EPOCH + (moment - _EPOCH)
 
