@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from hashlib import blake2b
 from time import monotonic
-from typing import Any, Final
+from typing import Final
 
 from psych_runtime.memory.port import (
     Memory,
@@ -364,7 +364,7 @@ def schema_version(sql: Statements) -> Conversation[tuple[bool, int | None]]:
     return True, (int(rows[0][0]) if rows else None)
 
 
-def utc(moment: Any) -> datetime:
+def utc(moment: datetime) -> datetime:
     """A time read from the server as ``created_at AT TIME ZONE 'UTC'``, in UTC.
 
     Exact to the microsecond over the years 1 to 9999: the distance from
