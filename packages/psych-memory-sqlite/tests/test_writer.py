@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 from collections.abc import Callable
+from contextlib import closing
 
 import pytest
 
@@ -30,10 +31,9 @@ class Recorder:
         if len(self.groups) == 1:
             self.first_entered.set()
             self.first_may_end.wait(DEADLINE)
-        conn = sqlite3.connect(":memory:")
-        for call in group:
-            call.succeed(call.body(conn))
-        conn.close()
+        with closing(sqlite3.connect(":memory:")) as conn:
+            for call in group:
+                call.succeed(call.body(conn))
         return None
 
 
@@ -131,8 +131,9 @@ def test_an_interrupted_group_fails_its_calls_and_frees_the_turn() -> None:
         runs.append(len(group))
         if len(runs) == 1:
             raise KeyboardInterrupt
-        for one in group:
-            one.succeed(one.body(sqlite3.connect(":memory:")))
+        with closing(sqlite3.connect(":memory:")) as conn:
+            for one in group:
+                one.succeed(one.body(conn))
         return None
 
     writer = Writer(interrupted)

@@ -352,10 +352,10 @@ class SqliteMemory(MemoryStore):
     async def forget(self, scope: Scope, end_user_id: str, memory_id: str) -> bool:
         """Delete one fact (see `MemoryStore.forget`) and wipe its bytes from the files.
 
-        Returns as soon as the deletion is committed and the row zeroed;
-        the write-ahead log is emptied as soon as other connections allow,
-        and copies in unused page space go at `scrub` or close (see
-        `scrub_pending`). An id that no store could have handed out (see
+        Returns once the deletion is committed, the row zeroed and the
+        write-ahead log emptied (when other connections are in the way, the
+        log is emptied as soon as they allow); copies in unused page space
+        go at `scrub` or close (see `scrub_pending`). An id that no store could have handed out (see
         `validate_restored_id`) answers ``False`` without touching the file.
 
         Raises:
@@ -432,9 +432,10 @@ class SqliteMemory(MemoryStore):
     async def erase(self, scope: Scope, end_user_id: str) -> int:
         """Delete every fact of this end user (see `MemoryStore.erase`) and wipe their bytes.
 
-        Returns as soon as the deletion is committed and the rows zeroed;
-        the write-ahead log is emptied as soon as other connections allow,
-        and copies in unused page space go at `scrub` or close: await
+        Returns once the deletion is committed, the rows zeroed and the
+        write-ahead log emptied (when other connections are in the way, the
+        log is emptied as soon as they allow); copies in unused page space
+        go at `scrub` or close: await
         `scrub` before telling the end user that no byte remains (see
         `scrub_pending`).
 
