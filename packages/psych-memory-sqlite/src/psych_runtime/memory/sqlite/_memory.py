@@ -64,8 +64,9 @@ _T = TypeVar("_T")
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND: Final = timedelta(microseconds=1)
 
-# Reader connections per store: reads beyond them wait for one. Two cores
-# or four, a few readers keep them busy while the writer syncs.
+# Reader connections per store; reads beyond them wait for one. A read
+# spends most of its time in Python building its facts, under the GIL, so
+# more connections buy no speed and each costs a page cache of its own.
 _READERS: Final = 2
 
 
