@@ -156,13 +156,13 @@ def test_sigkill_amid_groups_keeps_every_answer_true(
             lines += child.stdout.read().splitlines()
             assert child.wait(timeout=DEADLINE) == -signal.SIGKILL
         for line in lines:
-            kind, number, index, *rest = line.split()
+            kind, number, position, *rest = line.split()
             user = f"{prefix}-{number}"
             if kind == "ack":
-                remembered.setdefault(user, {})[int(index)] = rest[0]
+                remembered.setdefault(user, {})[int(position)] = rest[0]
             else:
                 assert kind == "forgot", line
-                forgotten.setdefault(user, set()).add(int(index))
+                forgotten.setdefault(user, set()).add(int(position))
 
     async def check() -> None:
         async with SqliteMemory(db) as memory:

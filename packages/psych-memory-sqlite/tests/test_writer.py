@@ -111,7 +111,7 @@ def test_calls_that_run_alone_are_groups_of_their_own() -> None:
     writer.submit(first)
     (leader,) = served(writer, first)
     assert recorder.first_entered.wait(DEADLINE)
-    calls = [
+    calls: list[WriteCall[object]] = [
         call("a"),
         WriteCall("alone", lambda conn: "alone", alone=True),
         call("b"),
