@@ -48,13 +48,19 @@ def served(writer: Writer, *calls: WriteCall[object]) -> list[threading.Thread]:
     return threads
 
 
-def test_calls_queued_while_a_group_runs_are_the_next_group_in_order() -> None:
+def held_in_a_first_group() -> tuple[Recorder, Writer, threading.Thread]:
+    """A writer whose first group, of the call "first", runs until the recorder lets it end."""
     recorder = Recorder()
     writer = Writer(recorder)
     first = call("first")
     writer.submit(first)
     (leader,) = served(writer, first)
     assert recorder.first_entered.wait(DEADLINE)
+    return recorder, writer, leader
+
+
+def test_calls_queued_while_a_group_runs_are_the_next_group_in_order() -> None:
+    recorder, writer, leader = held_in_a_first_group()
     queued = [call(f"queued {index}") for index in range(5)]
     for one in queued:
         writer.submit(one)
@@ -105,12 +111,7 @@ def test_a_closed_writer_refuses_calls_after_running_those_queued() -> None:
 
 
 def test_calls_that_run_alone_are_groups_of_their_own() -> None:
-    recorder = Recorder()
-    writer = Writer(recorder)
-    first = call("first")
-    writer.submit(first)
-    (leader,) = served(writer, first)
-    assert recorder.first_entered.wait(DEADLINE)
+    recorder, writer, leader = held_in_a_first_group()
     calls: list[WriteCall[object]] = [
         call("a"),
         WriteCall("alone", lambda conn: "alone", alone=True),

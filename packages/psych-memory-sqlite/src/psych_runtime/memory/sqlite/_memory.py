@@ -648,6 +648,8 @@ class SqliteMemory(MemoryStore):
         except anyio.get_cancelled_exc_class():
             if writer.withdraw(call):
                 raise
+            # Shielded: the caller's scope is cancelled already, and would
+            # stop the wait before its thread even started.
             with anyio.CancelScope(shield=True):
                 return await finish(call.wait)
         return call.outcome()
